@@ -1,0 +1,55 @@
+#!/usr/bin/env python
+"""Run the notebook tests (`nbdev-test`'s own runner) and close with `notebooks: N passed, M failed`.
+
+Usage: python tools/run_tests.py [--flags "slow gpu"] [--n-workers N] [PATH ...]
+PATH is a notebook or a folder (default: the project's `nbs/`). Cells whose flag is in
+`tst_flags` (pyproject.toml) are skipped unless named in --flags, exactly as with `nbdev-test`.
+"""
+import argparse, os, sys, time
+from pathlib import Path
+from fastcore.parallel import parallel
+from nbdev.config import get_config
+from nbdev.doclinks import nbglob
+from nbdev.test import test_nb
+
+def _notebooks(paths, cfg):
+    files = []
+    for p in paths or [cfg.nbs_path]:
+        p = Path(p).absolute()
+        if p.is_dir(): files += nbglob(p, as_path=True)
+        elif p.suffix == '.ipynb' and p.exists(): files.append(p)
+        else: sys.exit(f"run_tests: PATH {p} is neither a notebook nor a folder")
+    keep = [f for f in files if not f.name.startswith('_') and not (f.parent/'.notest').exists()]
+    return sorted(set(keep))
+
+def _one(fn, skip_flags, force_flags, basepath, cell_timeout):
+    start = time.time()
+    ok, _ = test_nb(fn, skip_flags=skip_flags, force_flags=force_flags, basepath=basepath, cell_timeout=cell_timeout)
+    return ok, time.time() - start
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('paths', nargs='*', help='notebooks or folders to test (default: nbs/)')
+    ap.add_argument('--flags', default='', help='space-separated test flags to run (e.g. "gpu" or "slow gpu")')
+    ap.add_argument('--n-workers', type=int, default=None, help='notebooks run at once (default: CPU count, at most 4)')
+    ap.add_argument('--cell-timeout', type=int, default=900, help='seconds a single cell may take')
+    args = ap.parse_args()
+    cfg = get_config()
+    files = _notebooks(args.paths, cfg)
+    if not files: sys.exit('run_tests: no notebooks found to test')
+    skip = cfg.tst_flags.split() if isinstance(cfg.tst_flags, str) else list(cfg.tst_flags)
+    force = args.flags.split()
+    n_workers = args.n_workers if args.n_workers is not None else min(os.cpu_count() or 1, 4)
+    if len(files) == 1: n_workers = 0
+    os.chdir(cfg.nbs_path)
+    results = parallel(_one, files, skip_flags=skip, force_flags=force, basepath=cfg.config_path,
+                       cell_timeout=args.cell_timeout, n_workers=n_workers, progress=False)
+    passed = failed = 0
+    for f, (ok, secs) in zip(files, results):
+        print(f"{'PASS' if ok else 'FAIL'}  {f.relative_to(cfg.config_path)}  ({secs:.0f} s)")
+        passed, failed = passed + ok, failed + (not ok)
+    flags = f" (flags: {args.flags})" if args.flags else ''
+    print(f"notebooks: {passed} passed, {failed} failed{flags}")
+    sys.exit(0 if failed == 0 else 1)
+
+if __name__ == '__main__': main()
