@@ -17,6 +17,9 @@ __all__ = ['rope_frequencies']
 def rope_frequencies(
     dim:int,              # rotary dimension: the number of features rotated, even
     base:float=10000.0,   # the RoFormer base; θ_i = base^(-2i/dim)
+    *,
+    scaling:str|None=None,  # None: RoFormer's θ_i; other names select a variant (see below)
+    max_seq_len:int|None=None, # the maximum sequence length, for variants that depend on it
     dtype=torch.float32,  # dtype of the result (float32 by default; computed in float64)
     device=None,          # device of the result
 )->Tensor:                # (dim//2,) inverse frequencies θ_0 > θ_1 > ... > θ_{dim/2-1}
@@ -25,5 +28,6 @@ def rope_frequencies(
     if dim <= 0 or dim % 2: raise ValueError(f"dim must be a positive even integer, got {dim}")
     if not (isinstance(base, (int, float)) and math.isfinite(base) and base > 1):
         raise ValueError(f"base must be a finite number > 1, got {base!r}")
+    if scaling is not None: raise ValueError(f"scaling must be None or one of [], got {scaling!r}")
     exponents = torch.arange(0, dim, 2, dtype=torch.float64) / dim
     return (float(base) ** -exponents).to(dtype=dtype, device=device)
