@@ -5,7 +5,7 @@ Usage: python tools/run_tests.py [--flags "slow gpu"] [--n-workers N] [PATH ...]
 PATH is a notebook or a folder (default: the project's `nbs/`). Cells whose flag is in
 `tst_flags` (pyproject.toml) are skipped unless named in --flags, exactly as with `nbdev-test`.
 """
-import argparse, os, sys, time
+import argparse, os, sys
 from pathlib import Path
 from fastcore.parallel import parallel
 from nbdev.config import get_config
@@ -22,11 +22,6 @@ def _notebooks(paths, cfg):
     keep = [f for f in files if not f.name.startswith('_') and not (f.parent/'.notest').exists()]
     return sorted(set(keep))
 
-def _one(fn, skip_flags, force_flags, basepath, cell_timeout):
-    start = time.time()
-    ok, _ = test_nb(fn, skip_flags=skip_flags, force_flags=force_flags, basepath=basepath, cell_timeout=cell_timeout)
-    return ok, time.time() - start
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('paths', nargs='*', help='notebooks or folders to test (default: nbs/)')
@@ -42,11 +37,14 @@ def main():
     n_workers = args.n_workers if args.n_workers is not None else min(os.cpu_count() or 1, 4)
     if len(files) == 1: n_workers = 0
     os.chdir(cfg.nbs_path)
-    results = parallel(_one, files, skip_flags=skip, force_flags=force, basepath=cfg.config_path,
+    # `test_nb` (nbdev's own per-notebook runner) lives in an importable module, so worker processes
+    # can unpickle it even after a notebook's shell has replaced `__main__`.
+    results = parallel(test_nb, files, skip_flags=skip, force_flags=force, basepath=cfg.config_path,
                        cell_timeout=args.cell_timeout, n_workers=n_workers, progress=False)
     passed = failed = 0
     for f, (ok, secs) in zip(files, results):
-        print(f"{'PASS' if ok else 'FAIL'}  {f.relative_to(cfg.config_path)}  ({secs:.0f} s)")
+        name = f.relative_to(cfg.config_path) if f.is_relative_to(cfg.config_path) else f
+        print(f"{'PASS' if ok else 'FAIL'}  {name}  ({secs:.0f} s)")
         passed, failed = passed + ok, failed + (not ok)
     flags = f" (flags: {args.flags})" if args.flags else ''
     print(f"notebooks: {passed} passed, {failed} failed{flags}")

@@ -1,0 +1,601 @@
+#!/usr/bin/env python
+"""Docs tools for rope_lit: README.md from nbs/index.ipynb, and an offline check of the docs site.
+
+  python tools/docs.py readme [--check] [--engine auto|offline|quarto]
+      Write README.md from nbs/index.ipynb (`--check`: exit 1 if README.md is out of date).
+      With Quarto on PATH (`--engine auto`) this is `nbdev-readme`; without it the page is produced
+      offline the same way: nbdev's own processing for Quarto (front matter, directives, show_doc),
+      then the processed notebook written as GitHub Markdown in pure Python (no pandoc needed).
+  python tools/docs.py check [--out _offline_docs] [--install] [PATH ...]
+      Process every notebook as nbdev does for Quarto, render each page to HTML with Debian's pandoc
+      and a local KaTeX (the site's `html-math-method: katex`), open it in headless Chromium and fail
+      on raw LaTeX left in the text, a missing image, a Python traceback in an output, an empty page
+      or an external request. Saves screenshots of the index and the `00_*` pages.
+      Needs: apt-get install -y chromium pandoc libjs-katex   (or pass --install)
+  python tools/docs.py selftest
+      Feed the checker scratch notebooks with known faults and confirm each one is caught.
+"""
+import argparse, base64, difflib, html, json, os, re, shutil, subprocess, sys, tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+APT_PKGS = ['chromium', 'pandoc', 'libjs-katex']
+KATEX_DIR = Path('/usr/share/javascript/katex')
+IMG_EXTS = {'.png', '.jpg', '.jpeg', '.gif', '.svg', '.webp'}
+_re_ansi = re.compile(r'\x1B(?:[@-Z\\-_]|\[[0-?]*[ -/]*[@-~])')
+_re_opt = re.compile(r'^#\|\s*([\w-]+)\s*:\s*(.*?)\s*$')
+
+def _text(x): return ''.join(x) if isinstance(x, list) else (x or '')
+
+# ---------------------------------------------------------------------------------------------
+# 1. nbdev's own processing step (what `proc_nbs` does to each notebook before Quarto sees it)
+
+def process_nb(src, dst):
+    "Apply nbdev's Quarto processors (`FilterDefaults`: front matter, show_doc, directives, hide) to `src`, write `dst`"
+    os.chdir(ROOT)  # nbdev reads pyproject.toml from the working directory
+    import nbdev.serve_drv
+    from nbdev.processors import FilterDefaults
+    src, dst = Path(src), Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    nbdev.serve_drv.main((src, dst, FilterDefaults))
+    return json.loads(dst.read_text(encoding='utf-8'))
+
+def _proc_worker(a):
+    "Process one notebook in a fresh Python (its cells run there): None, or the error"
+    src, dst = a
+    r = subprocess.run([sys.executable, __file__, '_proc', src, dst], capture_output=True, text=True, cwd=ROOT)
+    if r.returncode == 0: return None
+    err = r.stderr.strip() or r.stdout.strip()
+    i = err.rfind('Exception: Error')  # nbdev's own message names the cell and its source
+    lines = err.splitlines()
+    msg = ' | '.join(l.strip() for l in err[i + len('Exception: '):].splitlines() if l.strip()) if i >= 0 else \
+          (lines[-1] if lines else f'exit status {r.returncode}')
+    return msg if len(msg) < 600 else msg[:600] + ' ...'
+
+# ---------------------------------------------------------------------------------------------
+# 2. A processed notebook as Markdown, the way Quarto's Jupyter engine reads it
+#    flavor 'gfm': GitHub Markdown for README.md; flavor 'pandoc': pandoc Markdown for the HTML pages
+
+class Page:
+    def __init__(self, **kw): self.__dict__.update(kw)
+
+def _fence(body, info=''):
+    n = max([3] + [len(m) + 1 for m in re.findall(r'`{3,}', body)])
+    return f"{'`'*n}{info}\n{body.rstrip(chr(10))}\n{'`'*n}"
+
+def _cell_opts(src):
+    "Quarto cell options (`#| key: value` lines at the top) and the source without them"
+    import yaml
+    lines, opts = src.splitlines(), {}
+    i = 0
+    for i, l in enumerate(lines):
+        m = _re_opt.match(l)
+        if not m: break
+        try: opts[m.group(1)] = yaml.safe_load(m.group(2))
+        except Exception: opts[m.group(1)] = m.group(2)
+    else: i = len(lines)
+    return opts, '\n'.join(lines[i:]).strip('\n')
+
+def _mime(data):
+    "The output format Quarto picks for an HTML page (see quarto-cli `displayDataMimeType`)"
+    data = dict(data)
+    lat = _text(data.get('text/latex', '')).strip()
+    if lat and 'text/markdown' not in data and ((lat.startswith('$') and lat.endswith('$')) or
+                                               (lat.startswith('\\begin{') and '\\end{' in lat)):
+        data['text/markdown'] = lat  # LaTeX math output becomes Markdown math, as in Quarto
+    for m in ('text/html', 'text/markdown', 'image/svg+xml', 'image/png', 'image/jpeg', 'text/plain'):
+        if m in data: return m, data
+    return None, data
+
+def _gfm_fix(md):
+    "Pandoc-Markdown-only syntax that GitHub would show verbatim: link attributes, fenced divs, heading ids"
+    def a(m): 
+        attrs = re.sub(r'(?<![\w-])([\w-]+)=', r' \1=', m.group(3)).strip()
+        return f'<a href="{m.group(2)}" {attrs}>{m.group(1)}</a>'
+    md = re.sub(r'\[([^\]\n]+)\]\(([^)\s]+)\)\{([^}\n]*)\}', a, md)
+    md = re.sub(r'(?m)^:::+.*\n?', '', md)
+    md = re.sub(r'(?m)^(#+ .*?)\s*\{[#.][^}\n]*\}\s*$', r'\1', md)
+    return md
+
+def _link_fix(md, fn):
+    "Apply `fn` to the target of every Markdown link and image"
+    return re.sub(r'(\]\()([^)\s]+)(\))', lambda m: m.group(1) + fn(m.group(2)) + m.group(3), md)
+
+def nb_to_md(nb, stem, flavor, fig_dir, link=None):
+    """Markdown for processed notebook `nb`: returns a `Page` with `md`, `title`, `description`,
+    `files` (relative path -> bytes, the output images) and `tracebacks` (error outputs found)"""
+    import yaml
+    gfm = flavor == 'gfm'
+    cells, parts, files, tracebacks, fm = nb['cells'], [], {}, [], {}
+    if cells and cells[0]['cell_type'] == 'raw' and _text(cells[0]['source']).lstrip().startswith('---'):
+        fm = yaml.safe_load(_text(cells[0]['source']).strip().strip('-')) or {}
+        cells = cells[1:]
+        if gfm:
+            parts.append(f"# {fm.get('title', stem)}")
+            if fm.get('description'): parts.append(f"> {fm['description']}")
+        else: parts.append('---\n' + yaml.safe_dump(fm, sort_keys=True, allow_unicode=True) + '---')
+    for ci, cell in enumerate(cells, 1):
+        src = _text(cell.get('source', ''))
+        if cell['cell_type'] == 'markdown':
+            for name, data in sorted((cell.get('attachments') or {}).items()):
+                mime = next(iter(data))
+                rel = f'{fig_dir}/attachments/{name}'
+                files[rel] = base64.b64decode(_text(data[mime]))
+                src = src.replace(f'attachment:{name}', rel)
+            if link: src = _link_fix(src, link)
+            parts.append(_gfm_fix(src) if gfm else src)
+            continue
+        if cell['cell_type'] == 'raw':
+            parts.append(src); continue
+        opts, code = _cell_opts(src)
+        if opts.get('include') is False: continue
+        out = []
+        if code and opts.get('echo') is not False:
+            block = _fence(code, cell.get('metadata', {}).get('language', 'python'))
+            if opts.get('code-fold'):
+                summary = html.escape(str(opts.get('code-summary', 'Code')))
+                block = f"<details{' open' if opts['code-fold'] == 'show' else ''}>\n<summary>{summary}</summary>\n\n{block}\n\n</details>"
+            out.append(block)
+        outputs = [] if opts.get('output') is False else cell.get('outputs', [])
+        asis = opts.get('output') == 'asis'
+        streams = {}
+        for oi, o in enumerate(outputs, 1):
+            ot = o['output_type']
+            if ot == 'stream':
+                txt = _re_ansi.sub('', _text(o.get('text', '')))
+                if 'Traceback (most recent call last)' in txt: tracebacks.append(f'cell {ci}: traceback in {o.get("name")}')
+                if o.get('name') in streams: streams[o['name']][1] += txt; continue
+                streams[o['name']] = ent = [len(out), txt]
+                out.append(ent)
+                continue
+            if ot == 'error':
+                tb = _re_ansi.sub('', '\n'.join(o.get('traceback', [])) or f"{o.get('ename')}: {o.get('evalue')}")
+                tracebacks.append(f"cell {ci}: {o.get('ename')}: {_re_ansi.sub('', str(o.get('evalue')))[:200]}")
+                out.append(_fence(tb) if gfm else f'::: {{.cell-output .cell-output-error}}\n{_fence(tb)}\n:::')
+                continue
+            mime, data = _mime(o.get('data', {}))
+            if mime is None: continue
+            val = data[mime]
+            if mime in ('image/png', 'image/jpeg', 'image/svg+xml'):
+                ext = {'image/png': 'png', 'image/jpeg': 'jpg', 'image/svg+xml': 'svg'}[mime]
+                rel = f'{fig_dir}/cell-{ci}-output-{oi}.{ext}'
+                files[rel] = _text(val).encode() if ext == 'svg' else base64.b64decode(_text(val))
+                md = f'![]({rel})'
+                w = (o.get('metadata', {}).get(mime) or {}).get('width')
+                if w and not gfm: md = f'![]({rel}){{width={int(w)}}}'
+                elif w: md = f'<img src="{rel}" width="{int(w)}" />'
+            elif mime == 'text/html':
+                h = _text(val).strip('\n')
+                md = '\n'.join(l for l in h.splitlines() if l.strip()) if gfm else f'```{{=html}}\n{h}\n```'
+            elif mime == 'text/markdown':
+                md = _text(val).strip('\n')
+                if link: md = _link_fix(md, link)
+                if gfm: md = _gfm_fix(md)
+            else:
+                md = _text(val).strip('\n') if asis else _fence(_re_ansi.sub('', _text(val)))
+            if not gfm and not asis: md = f'::: {{.cell-output .cell-output-display}}\n{md}\n:::'
+            out.append(md)
+        for i, o in enumerate(out):
+            if isinstance(o, list):
+                name = [k for k, v in streams.items() if v is o][0]
+                out[i] = _fence(o[1]) if gfm else f'::: {{.cell-output .cell-output-{name}}}\n{_fence(o[1])}\n:::'
+        if out: parts.append('\n\n'.join(out) if gfm else '::: {.cell}\n' + '\n\n'.join(out) + '\n:::')
+    md = '\n\n'.join(p.strip('\n') for p in parts if p.strip()) + '\n'
+    return Page(md=md, title=str(fm.get('title', stem)), description=fm.get('description'), fm=fm,
+                files=files, tracebacks=tracebacks, stem=stem)
+
+# ---------------------------------------------------------------------------------------------
+# 3. README.md
+
+def _cfg():
+    os.chdir(ROOT)
+    from nbdev.config import get_config
+    return get_config()
+
+def readme_offline():
+    "README.md text and its image files, from the readme notebook processed by nbdev, written as GitHub Markdown"
+    cfg = _cfg()
+    src = cfg.nbs_path/cfg.readme_nb
+    from nbdev.readme_filter import doc_link
+    base = cfg.doc_url if cfg.get('doc_host') else None
+    nbdir = Path(cfg.readme_nb).parent.as_posix()
+    link = (lambda t: doc_link(t, base, nbdir)) if base else None
+    with tempfile.TemporaryDirectory() as d:
+        nb = process_nb(src, Path(d)/src.name)
+    stem = Path(cfg.readme_nb).stem
+    page = nb_to_md(nb, stem, 'gfm', f'{stem}_files/figure-commonmark', link=link)
+    return page.md, page.files
+
+def readme_quarto():
+    "README.md as nbdev-readme writes it with Quarto (in a scratch copy of the project, so nothing here changes)"
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)/'proj'
+        shutil.copytree(ROOT, tmp, ignore=shutil.ignore_patterns('.git', '.venv*', '_proc', '_docs', '_offline_docs', '__pycache__'))
+        r = subprocess.run(['nbdev-readme'], cwd=tmp, capture_output=True, text=True)
+        if r.returncode: sys.exit(f'docs: nbdev-readme failed:\n{r.stdout}\n{r.stderr}')
+        files = {str(p.relative_to(tmp)): p.read_bytes() for p in (tmp/'index_files').rglob('*') if p.is_file()} if (tmp/'index_files').exists() else {}
+        return (tmp/'README.md').read_text(encoding='utf-8'), files
+
+def cmd_readme(args):
+    engine = args.engine
+    if engine == 'auto': engine = 'quarto' if shutil.which('quarto') else 'offline'
+    if engine == 'quarto' and not shutil.which('quarto'): sys.exit('docs: --engine quarto but `quarto` is not on PATH')
+    if engine == 'quarto' and not args.check:  # exactly nbdev's own command
+        r = subprocess.run(['nbdev-readme'], cwd=ROOT)
+        print(f'docs: nbdev-readme {"wrote README.md (quarto)" if r.returncode == 0 else "failed"}')
+        return r.returncode
+    md, files = readme_quarto() if engine == 'quarto' else readme_offline()
+    readme = ROOT/'README.md'
+    if args.check:
+        old = readme.read_text(encoding='utf-8') if readme.exists() else ''
+        bad = [f for f, b in files.items() if not (ROOT/f).exists() or (ROOT/f).read_bytes() != b]
+        if old == md and not bad:
+            print(f'docs: README.md is up to date with nbs/index.ipynb ({engine})'); return 0
+        print(f'docs: README.md is OUT OF DATE with nbs/index.ipynb ({engine} generator). '
+              f'Run `python tools/docs.py readme` and commit the result.')
+        if bad: print('docs: image files missing or different: ' + ', '.join(bad))
+        diff = list(difflib.unified_diff(old.splitlines(), md.splitlines(), 'README.md (committed)', 'README.md (expected)', lineterm='', n=1))
+        print('\n'.join(diff[:60]) + ('\n...' if len(diff) > 60 else ''))
+        return 1
+    readme.write_text(md, encoding='utf-8')
+    for f, b in files.items():
+        (ROOT/f).parent.mkdir(parents=True, exist_ok=True); (ROOT/f).write_bytes(b)
+    print(f'docs: wrote README.md ({engine}){" and " + str(len(files)) + " image(s)" if files else ""}')
+    return 0
+
+# ---------------------------------------------------------------------------------------------
+# 4. The offline docs check
+
+_TEMPLATE = r'''<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8" />
+<meta name="viewport" content="width=device-width, initial-scale=1" />
+<title>$pagetitle$</title>
+$if(highlighting-css)$
+<style>
+$highlighting-css$
+</style>
+$endif$
+$for(css)$
+<link rel="stylesheet" href="$css$" />
+$endfor$
+$math$
+</head>
+<body>
+$for(include-before)$
+$include-before$
+$endfor$
+<div id="page">
+<header id="title-block-header">
+<h1 class="title">$title$</h1>
+$if(description)$
+<div class="description">$description$</div>
+$endif$
+</header>
+<main id="content">
+$body$
+</main>
+</div>
+$for(include-after)$
+$include-after$
+$endfor$
+</body>
+</html>
+'''
+
+_CSS = '''body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; line-height: 1.5;
+  color: #212529; margin: 0; display: flex; }
+nav.sidebar { width: 15rem; flex: none; padding: 1rem; border-right: 1px solid #dee2e6; font-size: 0.9rem; }
+nav.sidebar a { display: block; color: #2780e3; text-decoration: none; margin: 0.3rem 0; }
+nav.sidebar a.active { font-weight: bold; }
+#page { flex: 1; min-width: 0; max-width: 56rem; padding: 1rem 2rem; overflow-x: hidden; }
+h1.title { margin-bottom: 0.2rem; }
+pre { background: #f8f9fa; padding: 0.6rem; overflow-x: auto; font-size: 0.85rem; }
+code { font-size: 0.9em; }
+table { border-collapse: collapse; margin: 0.5rem 0; }
+th, td { border: 1px solid #dee2e6; padding: 0.2rem 0.5rem; }
+img { max-width: 100%; }
+.cell-output-error pre { background: #fff0f0; }
+.cell-output-stderr pre { background: #fff8e6; }
+'''
+
+# Runs in the page once it has loaded (KaTeX rendered, images fetched); leaves its findings as JSON in the DOM.
+_PROBE = r'''<script>
+window.addEventListener('load', function () { setTimeout(function () {
+  var r = {};
+  r.brokenImages = Array.from(document.images).filter(function (i) { return !(i.complete && i.naturalWidth > 0); })
+                        .map(function (i) { return i.getAttribute('src'); });
+  r.katexErrors = Array.from(document.querySelectorAll('.katex-error')).map(function (e) { return e.textContent.slice(0, 160); });
+  r.unrenderedMath = Array.from(document.querySelectorAll('span.math')).filter(function (e) { return !e.querySelector('.katex'); })
+                          .map(function (e) { return e.textContent.slice(0, 160); });
+  function visible(el) {
+    var c = el.cloneNode(true);
+    c.querySelectorAll('script,style,noscript,pre,code,.katex-mathml,math,annotation,nav').forEach(function (e) { e.remove(); });
+    return c.textContent;
+  }
+  var page = document.getElementById('page') || document.body, main = document.getElementById('content') || page;
+  r.text = visible(page);
+  r.mainText = visible(main);
+  r.images = main.querySelectorAll('img').length;
+  r.preText = Array.from(main.querySelectorAll('pre')).map(function (e) { return e.textContent; }).join('\n');
+  r.errorOutputs = main.querySelectorAll('.cell-output-error').length;
+  r.external = performance.getEntriesByType('resource').map(function (e) { return e.name; })
+                          .filter(function (n) { return !/^(file|data|blob|about):/.test(n); });
+  r.height = Math.max(document.documentElement.scrollHeight, document.body.scrollHeight);
+  var s = document.createElement('script'); s.type = 'application/json'; s.id = 'docscheck';
+  s.textContent = JSON.stringify(r).replace(/</g, '\\u003c');
+  document.body.appendChild(s);
+}, 0); });
+</script>
+'''
+
+_re_raw_tex = [
+    (re.compile(r'\$\$'), 'raw $$'),
+    (re.compile(r'\\(?:begin|end)\{'), r'raw \begin/\end'),
+    (re.compile(r'\\[A-Za-z]{2,}'), r'raw LaTeX command'),
+    (re.compile(r'(?<![\w$])\$(?!\s*\d)([^$\n]{1,200}?)\$(?!\w)'), r'raw $...$'),
+]
+
+def raw_tex(text):
+    "LaTeX that is still visible as source in rendered text: a list of (kind, excerpt)"
+    found = []
+    for rx, kind in _re_raw_tex:
+        for m in rx.finditer(text):
+            if kind == r'raw $...$':
+                inner = m.group(1).strip()
+                if not (re.search(r'[\\^_{}=]', inner) or re.fullmatch(r'[A-Za-z]', inner)): continue
+            s = max(0, m.start() - 30)
+            found.append((kind, ' '.join(text[s:m.end() + 30].split())))
+    return found
+
+def tools_missing():
+    "apt packages whose tools are missing"
+    miss = []
+    if not (shutil.which('chromium') or shutil.which('chromium-browser')): miss.append('chromium')
+    if not shutil.which('pandoc'): miss.append('pandoc')
+    if not (KATEX_DIR/'katex.min.js').exists(): miss.append('libjs-katex')
+    return miss
+
+def _chromium(url, extra, timeout=90):
+    exe = shutil.which('chromium') or shutil.which('chromium-browser')
+    with tempfile.TemporaryDirectory() as prof:
+        cmd = [exe, '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+               '--disable-background-networking', '--disable-component-update', '--disable-sync',
+               '--disable-extensions', '--host-resolver-rules=MAP * ~NOTFOUND', f'--user-data-dir={prof}',
+               '--virtual-time-budget=5000', *extra, url]
+        try: return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired: return None
+
+def probe_page(path):
+    "Open `path` in headless Chromium; the probe's findings (dict), or None if the page did not load"
+    r = _chromium(path.resolve().as_uri(), ['--window-size=1280,1600', '--dump-dom'])
+    if r is None: return None
+    m = re.search(r'<script type="application/json" id="docscheck">(.*?)</script>', r.stdout, re.S)
+    return json.loads(m.group(1)) if m else None
+
+def screenshot(path, png, height):
+    r = _chromium(path.resolve().as_uri(), [f'--window-size=1280,{height}', f'--screenshot={png.resolve()}', '--hide-scrollbars'])
+    return r is not None and png.exists()
+
+def _notebooks(paths, cfg):
+    from nbdev.doclinks import nbglob
+    files = []
+    for p in paths or [cfg.nbs_path]:
+        p = Path(p).absolute()
+        if p.is_dir(): files += nbglob(p, as_path=True)  # skips `_*` and hidden files, like nbdev-docs
+        elif p.suffix == '.ipynb' and p.exists(): files.append(p)
+        else: sys.exit(f'docs: PATH {p} is neither a notebook nor a folder')
+    return sorted(set(files), key=lambda f: (f.stem != 'index', f.name))
+
+def render_pages(files, out, jobs):
+    "Process and render every notebook to `out`/<page>.html; returns a list of page dicts"
+    stage = out/'_proc'
+    shutil.rmtree(stage, ignore_errors=True)
+    args = [(str(f), str(stage/f.name)) for f in files]
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex: errs = list(ex.map(_proc_worker, args))
+    nbmap = {f.name: (f.stem if f.stem == 'index' else re.sub(r'^\d+[a-z]?_', '', f.stem)) + '.html' for f in files}
+    pages = []
+    for f, err in zip(files, errs):
+        pg = dict(nb=f, name=f.stem, html=out/nbmap[f.name], problems=[], title=f.stem, md=None)
+        if err: pg['problems'].append(f'nbdev processing failed: {err}')
+        else:
+            nb = json.loads((stage/f.name).read_text(encoding='utf-8'))
+            def link(t, _m=nbmap):
+                p, _, frag = t.partition('#')
+                return (_m[p] + ('#' + frag if frag else '')) if p in _m else t
+            page = nb_to_md(nb, f.stem, 'pandoc', f'{f.stem}_files/figure-html', link=link)
+            out_file = page.fm.get('output-file')
+            if out_file: pg['html'] = out/out_file
+            pg.update(title=page.title, md=page.md)
+            pg['problems'] += [f'Python traceback in an output ({t})' for t in page.tracebacks]
+            for rel, b in page.files.items():
+                (out/rel).parent.mkdir(parents=True, exist_ok=True); (out/rel).write_bytes(b)
+        pages.append(pg)
+    nav = '<nav class="sidebar">\n' + '\n'.join(
+        f'<a href="{p["html"].name}" data-page="{p["html"].name}">{html.escape(p["title"])}</a>' for p in pages) + '\n</nav>\n'
+    tpl, css, navf, probe = out/'_template.html', out/'_docs.css', out/'_nav.html', out/'_probe.html'
+    tpl.write_text(_TEMPLATE); css.write_text(_CSS); navf.write_text(nav); probe.write_text(_PROBE)
+    for pg in pages:
+        if pg['md'] is None: continue
+        mdf = stage/(pg['name'] + '.md')
+        mdf.write_text(pg['md'], encoding='utf-8')
+        navp = out/f'_nav_{pg["name"]}.html'
+        navp.write_text(nav.replace(f'data-page="{pg["html"].name}"', f'class="active" data-page="{pg["html"].name}"'))
+        cmd = ['pandoc', str(mdf), '--from', 'markdown', '--to', 'html5', '--standalone', '--template', str(tpl),
+               '--katex=_katex/', '--css', '_docs.css', '--css', 'styles.css', '--include-before-body', str(navp),
+               '--include-after-body', str(probe), '--metadata', f'pagetitle={pg["title"]}', '-o', str(pg['html'])]
+        r = subprocess.run(cmd, capture_output=True, text=True, cwd=out)
+        navp.unlink()
+        if r.returncode: pg['problems'].append(f'pandoc failed: {r.stderr.strip()[:500]}'); continue
+        if r.stderr.strip(): pg['warnings'] = r.stderr.strip()
+    return pages
+
+def check_page(pg):
+    "Open a rendered page in Chromium and add what is wrong with it to pg['problems']"
+    htmlf = pg['html']
+    if not htmlf.exists(): return
+    src = htmlf.read_text(encoding='utf-8')
+    for s in re.findall(r'<img[^>]*\ssrc="([^"]+)"', src):
+        if re.match(r'^(data|https?|file):', s): continue
+        if not (htmlf.parent/html.unescape(s).split('#')[0]).exists(): pg['problems'].append(f'missing image file: {s}')
+    r = probe_page(htmlf)
+    if r is None: pg['problems'].append('page did not load in Chromium (no probe result)'); return
+    pg['height'] = r['height']
+    for s in r['brokenImages']: pg['problems'].append(f'image not loaded: {s}')
+    for e in r['katexErrors']: pg['problems'].append(f'KaTeX could not render: {e}')
+    for e in r['unrenderedMath']: pg['problems'].append(f'math not rendered: {e}')
+    seen = {}
+    for kind, ex in raw_tex(r['text']): seen.setdefault(kind, []).append(ex)
+    for kind, exs in seen.items():
+        pg['problems'].append(f'{kind} in visible text{f" ({len(exs)} places)" if len(exs) > 1 else ""}: "{exs[0]}"')
+    if (r['errorOutputs'] or 'Traceback (most recent call last)' in r['preText']) and not any('traceback' in p for p in pg['problems']):
+        pg['problems'].append('Python traceback shown on the page')
+    for u in r['external']: pg['problems'].append(f'external request: {u}')
+    if len(''.join(r['mainText'].split())) < 20 and not r['images']: pg['problems'].append('empty page (no text or images below the title)')
+
+def cmd_check(args):
+    miss = tools_missing()
+    if miss and args.install:
+        print(f'docs: installing {" ".join(APT_PKGS)} with apt-get')
+        env = dict(os.environ, DEBIAN_FRONTEND='noninteractive')
+        if subprocess.run(['apt-get', 'update'], env=env).returncode or \
+           subprocess.run(['apt-get', 'install', '-y', *APT_PKGS], env=env).returncode:
+            print('docs: apt-get failed'); return 2
+        miss = tools_missing()
+    if miss:
+        print(f'docs: missing tools for the offline docs check: {", ".join(miss)}\n'
+              f'docs: install them with:  apt-get install -y {" ".join(APT_PKGS)}   (or run with --install)')
+        return 2
+    cfg = _cfg()
+    out = Path(args.out).absolute()
+    files = _notebooks(args.paths, cfg)
+    if not files: print('docs: no notebooks found'); return 1
+    shutil.rmtree(out, ignore_errors=True); out.mkdir(parents=True)
+    shutil.copytree(KATEX_DIR, out/'_katex')  # local KaTeX (fonts too): no CDN
+    roots = {Path(p) if Path(p).is_dir() else Path(p).parent for p in args.paths} or {cfg.nbs_path}
+    for root in sorted(roots):  # images and styles the notebooks refer to, as proc_nbs copies them
+        for f in root.rglob('*'):
+            rel = f.relative_to(root)
+            if f.is_file() and not any(p.startswith('.') or p in ('_proc', '_docs') for p in rel.parts) and \
+               (f.suffix.lower() in IMG_EXTS or f.name == 'styles.css'):
+                (out/rel).parent.mkdir(parents=True, exist_ok=True); shutil.copy2(f, out/rel)
+    if not (out/'styles.css').exists():  # notebooks outside nbs/: use the site's stylesheet
+        css = cfg.nbs_path/'styles.css'
+        (out/'styles.css').write_text(css.read_text() if css.exists() else '')
+    pages = render_pages(files, out, args.jobs)
+    shots = []
+    for pg in pages:
+        check_page(pg)
+        if pg['html'].exists() and (pg['nb'].stem == 'index' or pg['nb'].stem.startswith('00_')):
+            png = out/f'screenshot-{pg["nb"].stem}.png'
+            if screenshot(pg['html'], png, min(max(pg.get('height', 1600), 900), args.max_height)): shots.append(png)
+            else: pg['problems'].append('screenshot failed')
+    ok = [p for p in pages if not p['problems']]
+    def rel(p): return os.path.relpath(p, ROOT) if Path(p).is_relative_to(ROOT) else str(p)
+    for pg in pages:
+        print(f"{'ok  ' if not pg['problems'] else 'FAIL'}  {rel(pg['nb'])} -> {rel(pg['html'])}")
+        for p in pg['problems']: print(f'        {p}')
+        if pg.get('warnings') and args.verbose: print('        pandoc: ' + pg['warnings'].replace('\n', '\n        '))
+    for s in shots: print(f'docs: screenshot {rel(s)}')
+    print(f'docs: {len(ok)} pages ok, {len(pages) - len(ok)} failed')
+    return 0 if len(ok) == len(pages) else 1
+
+# ---------------------------------------------------------------------------------------------
+# 5. Self-test: scratch notebooks with known faults must be caught; a good one must pass
+
+def _nb(*cells):
+    def c(kind, src, outputs=None):
+        d = dict(cell_type=kind, metadata={}, source=src)
+        if kind == 'code': d.update(execution_count=None, outputs=outputs or [])
+        return d
+    return dict(cells=[c(*x) for x in cells], metadata={}, nbformat=4, nbformat_minor=5)
+
+def _png():
+    import io, matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(3, 2), dpi=60); ax.plot([0, 1, 2], [0, 1, 4]); ax.set_title('$y = x^2$')
+    b = io.BytesIO(); fig.savefig(b, format='png'); plt.close(fig)
+    return base64.b64encode(b.getvalue()).decode()
+
+def cmd_selftest(args):
+    miss = tools_missing()
+    if miss: print(f'docs: selftest needs: apt-get install -y {" ".join(APT_PKGS)}'); return 2
+    tab = '<table><tr><th>d</th><th>err</th></tr><tr><td>64</td><td>1e-7</td></tr></table>'
+    cases = {
+        'good': _nb(('markdown', '# Good page\n\n> A page that must pass, with $\\theta_i = b^{-2i/d}$'),
+                    ('markdown', 'Inline $R_m^\\top R_n = R_{n-m}$ and display\n$$\\begin{pmatrix}\\cos\\theta & -\\sin\\theta\\\\ \\sin\\theta & \\cos\\theta\\end{pmatrix}$$\nand prices of $5 and $10 are not math.'),
+                    ('code', '#| export\ndef double(x:int, # the input $x$\n          )->int: # $2x$\n    "Twice `x`"\n    return 2*x'),
+                    ('code', 'plot()', [dict(output_type='display_data', metadata={}, data={'image/png': _png(), 'text/plain': '<Figure>'})]),
+                    ('code', 'table()', [dict(output_type='execute_result', execution_count=None, metadata={}, data={'text/html': tab, 'text/plain': 'table'})]),
+                    ('code', 'sympy_expr', [dict(output_type='execute_result', execution_count=None, metadata={}, data={'text/latex': '$\\displaystyle \\frac{a}{b}$', 'text/plain': 'a/b'})]),
+                    ('code', 'print("$$ in code output is fine")', [dict(output_type='stream', name='stdout', text='$$ \\frac{1}{2} in a printed string is fine\n')])),
+        'raw_math_html': _nb(('markdown', '# Raw math in HTML\n\n> summary'), ('markdown', 'Some text to make the page non-empty.'),
+                             ('code', 'df', [dict(output_type='execute_result', execution_count=None, metadata={}, data={'text/html': '<p>the score is $$x$$</p>', 'text/plain': 'x'})])),
+        'raw_math_spaces': _nb(('markdown', '# Spaced dollars\n\n> summary'), ('markdown', 'Pandoc does not see math in $ \\theta_i $ with spaces.')),
+        'traceback': _nb(('markdown', '# Traceback\n\n> summary'), ('markdown', 'Text before the failing cell.'),
+                         ('code', '1/0', [dict(output_type='error', ename='ZeroDivisionError', evalue='division by zero',
+                                               traceback=['\x1b[0;31mTraceback (most recent call last)\x1b[0m', 'ZeroDivisionError: division by zero'])])),
+        'missing_image': _nb(('markdown', '# Missing image\n\n> summary'), ('markdown', 'A figure that is not there:\n\n![the plot](figs/nope.png)')),
+        'empty': _nb(('markdown', '# Empty\n\n> summary')),
+        'external': _nb(('markdown', '# External\n\n> summary'), ('markdown', 'An output that loads a script from a CDN.'),
+                        ('code', 'widget', [dict(output_type='display_data', metadata={}, data={'text/html': '<script src="https://cdn.example.com/lib.js"></script><p>widget</p>', 'text/plain': 'w'})])),
+        'bad_katex': _nb(('markdown', '# Bad KaTeX\n\n> summary'), ('markdown', 'A typo in math: $\\frac{a}{b$ and more words here.')),
+    }
+    cases['00_good'] = cases.pop('good')  # a `00_` name, so it gets a screenshot like the derivation page
+    expect = {'00_good': None, 'raw_math_html': 'raw $$', 'raw_math_spaces': 'raw $...$', 'traceback': 'traceback',
+              'missing_image': 'image', 'empty': 'empty page', 'bad_katex': 'KaTeX', 'external': 'external request'}
+    with tempfile.TemporaryDirectory() as d:
+        d = Path(d); nbs = d/'nbs'; nbs.mkdir()
+        for k, nb in cases.items(): (nbs/f'{k}.ipynb').write_text(json.dumps(nb))
+        out = Path(args.out).absolute() if args.out else d/'out'
+        r = subprocess.run([sys.executable, __file__, 'check', '--out', str(out), '--jobs', '1', str(nbs)], capture_output=True, text=True, cwd=ROOT)
+        print(r.stdout + r.stderr)
+        res, cur = {}, None
+        for l in r.stdout.splitlines():
+            m = re.match(r'^(ok  |FAIL)  \S*?([\w]+)\.ipynb', l)
+            if m: cur = m.group(2); res[cur] = [] if m.group(1) == 'ok  ' else ['FAIL']
+            elif cur and l.startswith('        '): res[cur].append(l.strip())
+        bad = []
+        for k, want in expect.items():
+            got = res.get(k)
+            if got is None: bad.append(f'{k}: not reported')
+            elif want is None and got: bad.append(f'{k}: should pass, got {got}')
+            elif want and not any(want.lower() in p.lower() for p in got): bad.append(f'{k}: expected a problem containing {want!r}, got {got}')
+        # README generator: deterministic and free of front matter / directives
+        md1, _ = readme_offline(); md2, _ = readme_offline()
+        if md1 != md2: bad.append('readme: two runs differ')
+        if md1.startswith('---') or re.search(r'(?m)^(#\||output-file:)', md1): bad.append('readme: front matter or directives left in README')
+        if not re.match(r'# .+\n\n> .+', md1): bad.append('readme: title and > summary not at the top')
+        if r.returncode != 1: bad.append(f'check should exit 1 on the faulty pages, exited {r.returncode}')
+    for b in bad: print(f'selftest: FAIL {b}')
+    print(f'selftest: {len(expect) + 4 - len(bad)} checks ok, {len(bad)} failed')
+    return 1 if bad else 0
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest='cmd', required=True)
+    r = sub.add_parser('readme', help='write README.md from nbs/index.ipynb')
+    r.add_argument('--check', action='store_true', help='exit 1 if README.md differs from what would be written')
+    r.add_argument('--engine', choices=['auto', 'offline', 'quarto'], default='auto',
+                   help='auto: nbdev-readme when quarto is on PATH, else the offline generator')
+    c = sub.add_parser('check', help='offline docs check: render every page and inspect it in headless Chromium')
+    c.add_argument('paths', nargs='*', help='notebooks or folders (default: nbs/)')
+    c.add_argument('--out', default='_offline_docs', help='output folder for the pages and screenshots')
+    c.add_argument('--install', action='store_true', help=f'apt-get install -y {" ".join(APT_PKGS)} if missing (needs root)')
+    c.add_argument('--jobs', type=int, default=2, help='notebooks processed at once')
+    c.add_argument('--max-height', type=int, default=2400, help='tallest screenshot, in pixels')
+    c.add_argument('--verbose', action='store_true', help='show pandoc warnings')
+    t = sub.add_parser('selftest', help='check that the checker catches raw math, tracebacks, missing images, empty pages')
+    t.add_argument('--out', default=None, help='keep the rendered scratch pages here (default: a temporary folder)')
+    if sys.argv[1:2] == ['_proc']:  # internal: one notebook through nbdev's processing (see _proc_worker)
+        process_nb(*sys.argv[2:4]); return
+    args = ap.parse_args()
+    if args.cmd == 'check':
+        args.out = str(Path(args.out).absolute())
+        args.paths = [str(Path(p).absolute()) for p in args.paths]
+    sys.exit({'readme': cmd_readme, 'check': cmd_check, 'selftest': cmd_selftest}[args.cmd](args))
+
+if __name__ == '__main__': main()

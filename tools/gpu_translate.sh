@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Issue 7: train and evaluate the `base` translation preset for several position schemes and seeds, all in ONE command
+# of at most 10 minutes on the device machine, all runs sharing its GPU at once.
+#
+#   On the device machine (via the `run` tool, from the repository root; data and wheels carried):
+#     bash tools/gpu_translate.sh
+#   Locally, a dry run of the same script (tiny preset, synthetic data, CPU, seconds):
+#     bash tools/gpu_translate.sh --dry
+#
+# Before calling the device tool, on this machine:
+#     mkdir -p .data && cp -r ../shared/data/multi30k .data/multi30k        # the data (git-ignored)
+#     pip download --no-deps -d .whl fastcore                                # only if the device lacks fastcore
+# and pass carry: [".data", ".whl"].
+#
+# Environment knobs: RUNS (space-separated position:seed list), BUDGET (training seconds per run, default 330),
+# DEADLINE (seconds after which unfinished runs are stopped, default 560), MAX_TOKENS, OUT (default runs/gpu_out).
+# Writes $OUT/mt/<position>_s<seed>/{config.json,tokenizer.json,metrics.jsonl,results.json,hyp.*.en,train.log}
+# (no checkpoints) and $OUT/mt/env.txt.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+DRY=0; [ "${1:-}" = "--dry" ] && DRY=1
+OUT=${OUT:-$root/runs/gpu_out}
+export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+PY=${PYTHON:-python}
+work="$root/runs/gpu_work"; dest="$OUT/mt"
+mkdir -p "$work" "$dest"
+
+# rope_lit.attention needs fastcore: install it from carried wheels when the machine lacks it (no internet there).
+if ! $PY -c "import fastcore" 2>/dev/null; then
+  $PY -m pip install -q --no-index --find-links "$root/.whl" fastcore || { echo "gpu_translate: fastcore missing and no wheel in .whl/"; exit 1; }
+fi
+
+if [ "$DRY" = 1 ]; then
+  RUNS=${RUNS:-"sinusoidal:0 rope:0 rope+cross:0 hexu:0"}
+  common=(--preset tiny --device cpu --threads 1 --epochs 2 --n-eval 30)
+  BUDGET=${BUDGET:-20}; DEADLINE=${DEADLINE:-120}
+else
+  RUNS=${RUNS:-"sinusoidal:0 sinusoidal:1 sinusoidal:2 rope:0 rope:1 rope:2 rope+cross:0 hexu:0"}
+  [ -f "$root/.data/multi30k/train.de.gz" ] || { echo "gpu_translate: .data/multi30k missing: copy ../shared/data/multi30k there and carry .data"; exit 1; }
+  common=(--preset base --data "$root/.data/multi30k" --device cuda --threads 2 --epoch-checkpoints 0 ${MAX_TOKENS:+--max-tokens $MAX_TOKENS})
+  BUDGET=${BUDGET:-330}; DEADLINE=${DEADLINE:-560}
+fi
+
+{ date -u; $PY -c "import torch, sacrebleu, tokenizers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'sacrebleu', sacrebleu.__version__, 'tokenizers', tokenizers.__version__); print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no CUDA')"; nproc; nvidia-smi --query-gpu=name,memory.total --format=csv 2>/dev/null; echo "RUNS=$RUNS BUDGET=$BUDGET DEADLINE=$DEADLINE"; } > "$dest/env.txt" 2>&1
+
+pids=()
+for r in $RUNS; do
+  pos=${r%%:*}; seed=${r##*:}; name="${pos/+/_}_s$seed"
+  rm -rf "${work:?}/$name"
+  $PY -c "from rope_lit.translation.cli import main; main()" train "${common[@]}" --position "$pos" --seed "$seed" \
+      --run-dir "$work/$name" --time-budget "$BUDGET" --no-progress > "$work/$name.log" 2>&1 &
+  pids+=($!)
+done
+# Stop whatever is still running at the deadline, so the copy below always happens within the command's limit.
+( sleep "$DEADLINE"; for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done ) & watchdog=$!
+fail=0
+for p in "${pids[@]}"; do wait "$p" || fail=1; done
+kill "$watchdog" 2>/dev/null
+
+for r in $RUNS; do
+  pos=${r%%:*}; seed=${r##*:}; name="${pos/+/_}_s$seed"
+  mkdir -p "$dest/$name"
+  cp "$work/$name.log" "$dest/$name/train.log" 2>/dev/null
+  for f in config.json tokenizer.json metrics.jsonl results.json; do cp "$work/$name/$f" "$dest/$name/" 2>/dev/null; done
+  cp "$work/$name"/hyp.*.en "$dest/$name/" 2>/dev/null
+  if [ -f "$dest/$name/results.json" ]; then
+    $PY -c "import json,sys; r=json.load(open(sys.argv[1])); t=r['results']['test_2016_flickr']; print(sys.argv[2], 'tok/s', r['tokens_per_s'], 'epochs', r['epochs'], 'test BLEU greedy', t['greedy']['bleu'], 'beam', t['beam']['bleu'])" "$dest/$name/results.json" "$name"
+  else echo "$name: no results.json (see $dest/$name/train.log)"; tail -3 "$dest/$name/train.log"; fi
+done
+[ "$fail" = 0 ] && echo "gpu_translate: all runs finished" || echo "gpu_translate: some runs failed or were stopped"
+exit $fail
