@@ -35,6 +35,8 @@ def rope_frequencies(
         raise ValueError(f"base must be a finite number > 1, got {base!r}")
     exponents = torch.arange(0, dim, 2, dtype=torch.float64) / dim
     inv_freq = float(base) ** -exponents
+    if isinstance(scaling, str) and scaling not in ROPE_SCALINGS:
+        import rope_lit.scaling  # notebook 05's variants register themselves on import
     if scaling is None:
         if scaling_options: raise TypeError(f"options {sorted(scaling_options)} need a scaling, got scaling=None")
     elif isinstance(scaling, str) and scaling in ROPE_SCALINGS:
