@@ -1,0 +1,21 @@
+#!/usr/bin/env python
+"""Run only the `#| gpu` cells of a notebook against the exported module (for a short GPU lease).
+
+Usage: python tools/run_gpu_cells.py nbs/04_kernels.ipynb rope_lit.kernels
+The namespace starts as the module's globals (private names included) plus fastcore.test, as if the
+notebook's export cells had run; each gpu cell then runs in order. Exits 1 on the first failure.
+The full notebook run (`python tools/run_tests.py NB --flags gpu`) checks the same cells and the CPU ones.
+"""
+import importlib, json, sys, time, traceback
+nb, modname = sys.argv[1], sys.argv[2]
+ns = dict(vars(importlib.import_module(modname)))
+exec('from fastcore.test import *', ns)
+cells = [c for c in json.load(open(nb))['cells'] if c['cell_type'] == 'code']
+gpu = [''.join(c['source']) for c in cells if ''.join(c['source']).lstrip().startswith('#| gpu')]
+for i, src in enumerate(gpu):
+    t = time.time()
+    try: exec(compile(src, f'{nb}:gpu-cell-{i}', 'exec'), ns)
+    except Exception:
+        traceback.print_exc(); print(f"FAIL gpu cell {i} of {len(gpu)}:\n{src[:300]}"); sys.exit(1)
+    print(f"PASS gpu cell {i} ({time.time() - t:.1f} s): {src.splitlines()[1][:90]}")
+print(f"gpu cells: {len(gpu)} passed")
