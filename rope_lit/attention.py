@@ -86,6 +86,7 @@ class RotaryMultiHeadAttention(nn.Module):
         base:float=10000.0,       # RoPE base
         interleaved:bool=False,   # pairing: (2i, 2i+1) instead of (i, i + rotary_dim/2)
         scaling:str|None=None,    # frequency variant (`rope_frequencies`)
+        scaling_options:dict|None=None, # its keyword options, e.g. dict(factor=8, original_max_seq_len=4096)
         max_seq_len:int|None=None, # positions to cache up front
         backend:str='auto',       # RotaryEmbedding backend
     ):
@@ -104,7 +105,8 @@ class RotaryMultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=bias)
         self.out_proj = nn.Linear(n_heads * self.head_dim, d_model, bias=bias)
-        self.rotary = RotaryEmbedding(self.head_dim, base, interleaved, rotary_dim, max_seq_len, scaling, backend=backend) if rope else None
+        self.rotary = RotaryEmbedding(self.head_dim, base, interleaved, rotary_dim, max_seq_len, scaling,
+                                      scaling_options=scaling_options, backend=backend) if rope else None
 
     def _split_heads(self, y:Tensor, heads:int)->Tensor:  # (batch, seq, heads*head_dim) -> (batch, heads, seq, head_dim), a view
         return y.unflatten(-1, (heads, self.head_dim)).transpose(1, 2)

@@ -145,9 +145,7 @@ def set_rotary_frequencies(
     n = 0
     for module in model.modules():
         if isinstance(module, RotaryEmbedding):
-            module._inv_freq64 = inv_freq.to(torch.float64).cpu()
-            module._build(length)
-            if attention_factor != 1.0: module.cos_cached, module.sin_cached = module.cos_cached * attention_factor, module.sin_cached * attention_factor
+            module.set_frequencies(inv_freq, attention_factor).cos_sin(length)  # cache covers 0..length-1
             n += 1
     return n
 

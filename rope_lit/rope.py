@@ -231,6 +231,19 @@ def _check_even(name, value, upper=None):
     if upper is not None and value > upper[1]: raise ValueError(f"{name} must be <= {upper[0]} = {upper[1]}, got {value}")
     return value
 
+def _check_attention_factor(a):
+    if isinstance(a, bool) or not isinstance(a, (int, float)) or not math.isfinite(a) or a <= 0:
+        raise ValueError(f"attention_factor must be None or a positive finite number, got {a!r}")
+    return float(a)
+
+def _default_attention_factor(scaling, max_seq_len, options:dict)->float:
+    "YaRN's √(1/t) = 0.1 ln s + 1 for scaling='yarn' (s = factor, or max_seq_len / original_max_seq_len), else 1"
+    if scaling != 'yarn': return 1.0
+    from rope_lit.scaling import yarn_attention_factor
+    s = options.get('factor')
+    if s is None: s = max_seq_len / options['original_max_seq_len']  # rope_frequencies has checked that both exist
+    return yarn_attention_factor(s)
+
 class RotaryEmbedding(nn.Module):
     "Rotary position embedding of queries and keys, with a float32 cos/sin cache of float64 angles"
     def __init__(self,
@@ -240,6 +253,8 @@ class RotaryEmbedding(nn.Module):
         rotary_dim:int|None=None, # features rotated (the first ones), even, <= dim; default dim
         max_seq_len:int|None=None, # cache this many positions up front (and pass it to `rope_frequencies`)
         scaling:str|None=None,  # frequency variant, passed to `rope_frequencies`
+        scaling_options:dict|None=None, # keyword options of the variant, e.g. dict(factor=8, original_max_seq_len=4096)
+        attention_factor:float|None=None, # multiplies cos and sin (scores by its square); None: YaRN's √(1/t) for 'yarn', else 1
         seq_dim:int=-2,         # -2: (batch, heads, seq, d); 1: (batch, seq, heads, d); 0: labml's (seq, batch, heads, d)
         backend:str='auto',     # 'eager', 'auto' (fused kernels where available) or a kernel name
     ):
@@ -251,9 +266,16 @@ class RotaryEmbedding(nn.Module):
         if isinstance(seq_dim, bool) or seq_dim not in _SEQ_DIMS:
             raise ValueError(f"seq_dim must be -2 (batch, heads, seq, d), 1 (batch, seq, heads, d) or 0 (seq, batch, heads, d), got {seq_dim!r}")
         if not isinstance(backend, str): raise TypeError(f"backend must be a str, got {type(backend).__name__}")
+        if scaling_options is not None and not isinstance(scaling_options, dict):
+            raise TypeError(f"scaling_options must be None or a dict of keyword options of the scaling variant, got {type(scaling_options).__name__}")
+        if scaling is None and scaling_options:
+            raise TypeError(f"scaling_options {sorted(scaling_options)} need a scaling variant (e.g. scaling='yarn'), got scaling=None")
+        if attention_factor is not None: _check_attention_factor(attention_factor)
         self.base, self.interleaved, self.max_seq_len, self.scaling = base, bool(interleaved), max_seq_len, scaling
-        self.seq_dim, self.backend = _SEQ_DIMS[seq_dim], backend
-        self._inv_freq64 = rope_frequencies(self.rotary_dim, base, scaling=scaling, max_seq_len=max_seq_len, dtype=torch.float64)
+        self.scaling_options, self.seq_dim, self.backend = dict(scaling_options or {}), _SEQ_DIMS[seq_dim], backend
+        self._inv_freq64 = rope_frequencies(self.rotary_dim, base, scaling=scaling, max_seq_len=max_seq_len, dtype=torch.float64, **self.scaling_options)
+        self.attention_factor = float(_default_attention_factor(scaling, max_seq_len, self.scaling_options) if attention_factor is None else attention_factor)
+        self._dynamic = scaling == 'dynamic_ntk'   # recompute θ when the cache grows past the original length
         self.register_buffer('inv_freq', self._inv_freq64.clone(), persistent=False)
         self.register_buffer('cos_cached', torch.empty(0, self.rotary_dim//2), persistent=False)
         self.register_buffer('sin_cached', torch.empty(0, self.rotary_dim//2), persistent=False)
@@ -265,8 +287,13 @@ class RotaryEmbedding(nn.Module):
         with torch.inference_mode(False), torch.no_grad():
             device = self.inv_freq.device
             self.inv_freq = self._inv_freq64.to(device)
-            self.cos_cached, self.sin_cached = rotary_cos_sin(torch.arange(length, device=device), self.inv_freq)
+            self.cos_cached, self.sin_cached = self._scaled(*rotary_cos_sin(torch.arange(length, device=device), self.inv_freq))
         self.n_builds += 1
+
+    def _scaled(self, cos:Tensor, sin:Tensor)->tuple[Tensor, Tensor]:
+        "cos and sin times `attention_factor` (untouched when it is 1)"
+        a = self.attention_factor
+        return (cos, sin) if a == 1.0 else (cos * a, sin * a)
 
     def _apply(self, fn, *args, **kwargs):
         "After `.to()`/`.cuda()`/`.half()`: keep the buffers' new device but restore float64 θ and float32 tables"
@@ -276,14 +303,19 @@ class RotaryEmbedding(nn.Module):
 
     def extra_repr(self):
         return (f"dim={self.dim}, rotary_dim={self.rotary_dim}, base={self.base}, interleaved={self.interleaved}, "
-                f"seq_dim={self.seq_dim}, backend={self.backend!r}, cached={len(self.cos_cached)}")
+                f"seq_dim={self.seq_dim}, backend={self.backend!r}, cached={len(self.cos_cached)}"
+                + (f", scaling={self.scaling!r}, scaling_options={self.scaling_options}, attention_factor={self.attention_factor:g}" if self.scaling else ""))
 
 # %% ../nbs/02_rope.ipynb #ee93b904
 @patch
 def _rows(self:RotaryEmbedding, offset:int, seq:int, device)->tuple[Tensor, Tensor]:
     "Cached cos/sin rows for positions offset..offset+seq-1, growing the cache if it is too short"
     need = offset + seq
-    if need > len(self.cos_cached) or self.cos_cached.device != device:
+    if self._dynamic and need > len(self.cos_cached) and need > self.scaling_options['original_max_seq_len']:
+        self._inv_freq64 = rope_frequencies(self.rotary_dim, self.base, scaling='dynamic_ntk', dtype=torch.float64,
+                                            **{**self.scaling_options, 'seq_len': need})
+        self._build(need)                     # exactly ℓ: its rows were computed with ℓ's frequencies
+    elif need > len(self.cos_cached) or self.cos_cached.device != device:
         self._build(max(need, 2 ** math.ceil(math.log2(need))))
     return self.cos_cached[offset:need], self.sin_cached[offset:need]
 
@@ -332,12 +364,12 @@ def cos_sin(self:RotaryEmbedding,
     table_dtype = torch.float64 if dtype == torch.float64 else torch.float32
     if positions is None and not isinstance(offset, Tensor):
         if table_dtype == torch.float32: return self._rows(offset, seq, device)
-        return rotary_cos_sin(torch.arange(offset, offset + seq, device=device), self.inv_freq.to(device), table_dtype)
+        return self._scaled(*rotary_cos_sin(torch.arange(offset, offset + seq, device=device), self.inv_freq.to(device), table_dtype))
     if positions is None: positions = torch.arange(seq, device=device)
     positions = positions.to(device)
     if isinstance(offset, Tensor): positions = positions + offset.to(device)[:, None]
     elif offset: positions = positions + offset
-    return rotary_cos_sin(positions, self.inv_freq.to(device), table_dtype)
+    return self._scaled(*rotary_cos_sin(positions, self.inv_freq.to(device), table_dtype))
 
 # %% ../nbs/02_rope.ipynb #c9dca795
 _TO_BHSD = {2: (0, 1, 2, 3), 1: (0, 2, 1, 3), 0: (1, 2, 0, 3)}
@@ -389,3 +421,21 @@ def rotate(self:RotaryEmbedding,
     cos, sin = self.cos_sin(xb.shape[2], positions, offset, xb.shape[0], x.device, x.dtype)
     if cos.ndim == 3: cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
     return apply_rotary(xb, cos, sin, self.interleaved).permute(*_FROM_BHSD[self.seq_dim])
+
+# %% ../nbs/02_rope.ipynb #c5f68655
+@patch
+def set_frequencies(self:RotaryEmbedding,
+    inv_freq:Tensor,             # (rotary_dim//2,) float32 or float64 θ_i, e.g. `rope_frequencies(..., dtype=torch.float64)`
+    attention_factor:float=1.0,  # multiplies cos and sin (YaRN's √(1/t)); scores scale by its square
+)->RotaryEmbedding:              # the module, its cache rebuilt with the new θ_i
+    "Rotate with `inv_freq` (and `attention_factor`) from now on"
+    half = self.rotary_dim // 2
+    if not isinstance(inv_freq, Tensor): raise TypeError(f"inv_freq must be a torch.Tensor of shape (rotary_dim//2,) = ({half},), got {type(inv_freq).__name__}")
+    if inv_freq.dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"inv_freq must be float32 or float64 (frequencies are never held in half precision), got {inv_freq.dtype}")
+    if tuple(inv_freq.shape) != (half,): raise ValueError(f"inv_freq must have shape (rotary_dim//2,) = ({half},), got {tuple(inv_freq.shape)}")
+    inv_freq = inv_freq.detach().to(device='cpu', dtype=torch.float64)
+    if not bool(torch.isfinite(inv_freq).all()): raise ValueError("inv_freq must be finite")
+    self._inv_freq64, self.attention_factor, self._dynamic = inv_freq, _check_attention_factor(attention_factor), False
+    self._build(len(self.cos_cached))
+    return self
