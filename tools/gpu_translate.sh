@@ -9,7 +9,7 @@
 #
 # Before calling the device tool, on this machine:
 #     mkdir -p .data && cp -r ../shared/data/multi30k .data/multi30k        # the data (git-ignored)
-#     pip download --no-deps -d .whl fastcore                                # only if the device lacks fastcore
+#     pip download --no-deps -d .whl fastcore                                # if .whl/ has no fastcore wheel yet
 # and pass carry: [".data", ".whl"].
 #
 # Environment knobs: RUNS (space-separated position:seed list), BUDGET (training seconds per run, default 330),
@@ -22,18 +22,21 @@ root=$(pwd)
 DRY=0; [ "${1:-}" = "--dry" ] && DRY=1
 OUT=${OUT:-$root/runs/gpu_out}
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
-PY=${PYTHON:-python}
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1
 work="$root/runs/gpu_work"; dest="$OUT/mt"
 mkdir -p "$work" "$dest"
 
 # rope_lit.attention needs fastcore: install it from carried wheels when the machine lacks it (no internet there).
 if ! $PY -c "import fastcore" 2>/dev/null; then
-  $PY -m pip install -q --no-index --find-links "$root/.whl" fastcore || { echo "gpu_translate: fastcore missing and no wheel in .whl/"; exit 1; }
+  $PY -m pip install -q --no-index --no-deps --no-cache-dir --target /tmp/rope_lit_site "$root"/.whl/fastcore-*.whl \
+    || { echo "gpu_translate: fastcore missing and no fastcore wheel in .whl/"; exit 1; }
+  export PYTHONPATH="/tmp/rope_lit_site:$PYTHONPATH"
 fi
 
 if [ "$DRY" = 1 ]; then
   RUNS=${RUNS:-"sinusoidal:0 rope:0 rope+cross:0 hexu:0"}
-  common=(--preset tiny --device cpu --threads 1 --epochs 2 --n-eval 30)
+  common=(--preset tiny --device cpu --threads 1 --epochs 1 --n-eval 20)
   BUDGET=${BUDGET:-20}; DEADLINE=${DEADLINE:-120}
 else
   RUNS=${RUNS:-"sinusoidal:0 sinusoidal:1 sinusoidal:2 rope:0 rope:1 rope:2 rope+cross:0 hexu:0"}
@@ -53,7 +56,10 @@ for r in $RUNS; do
   pids+=($!)
 done
 # Stop whatever is still running at the deadline, so the copy below always happens within the command's limit.
-( sleep "$DEADLINE"; for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done ) & watchdog=$!
+( trap 'kill "$sp" 2>/dev/null; exit 0' TERM
+  sleep "$DEADLINE" & sp=$!; wait "$sp"
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done ) >/dev/null 2>&1 &
+watchdog=$!
 fail=0
 for p in "${pids[@]}"; do wait "$p" || fail=1; done
 kill "$watchdog" 2>/dev/null
@@ -62,7 +68,7 @@ for r in $RUNS; do
   pos=${r%%:*}; seed=${r##*:}; name="${pos/+/_}_s$seed"
   mkdir -p "$dest/$name"
   cp "$work/$name.log" "$dest/$name/train.log" 2>/dev/null
-  for f in config.json tokenizer.json metrics.jsonl results.json; do cp "$work/$name/$f" "$dest/$name/" 2>/dev/null; done
+  for f in config.json tokenizer.json metrics.jsonl results.json attention.json; do cp "$work/$name/$f" "$dest/$name/" 2>/dev/null; done
   cp "$work/$name"/hyp.*.en "$dest/$name/" 2>/dev/null
   if [ -f "$dest/$name/results.json" ]; then
     $PY -c "import json,sys; r=json.load(open(sys.argv[1])); t=r['results']['test_2016_flickr']; print(sys.argv[2], 'tok/s', r['tokens_per_s'], 'epochs', r['epochs'], 'test BLEU greedy', t['greedy']['bleu'], 'beam', t['beam']['bleu'])" "$dest/$name/results.json" "$name"
