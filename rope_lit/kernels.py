@@ -309,7 +309,7 @@ def rotary_qk_compiled(
     if offset is not None:
         positions = (positions if positions is not None else torch.arange(q.shape[2], device=q.device)) + offset[:, None]
     if positions is not None: cos, sin = cos[positions], sin[positions]
-    if cos.requires_grad or sin.requires_grad:
+    if cos.requires_grad or sin.requires_grad or torch.compiler.is_compiling():   # traced by an outer compiler: plain formula
         return rotary_qk_eager(q, k, cos, sin, interleaved=interleaved, inplace=inplace)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
         qo, ko = _OnePassRotaryQK.apply(q, k, cos, sin, bool(interleaved))
