@@ -405,6 +405,7 @@ def _parser():
 # %% ../nbs/14_char_lm.ipynb #7c93cddc
 def main(argv=None):
     "Entry point of `rope-lit-lm`"
+    from_cli = argv is None                      # the console script: return None, so its exit status is 0
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser().parse_args(argv)
     overrides = {k: v for k, v in dict(steps=args.steps, batch_size=args.batch_size, context=args.context, contexts=args.contexts,
@@ -419,4 +420,4 @@ def main(argv=None):
     results['provenance'] = _provenance(argv)
     out = save_results(results, args.out)
     print(results_table(results)); print(f"wrote {out/'results.json'}, {out/'results.md'}, {out/'ppl_vs_context.png'}")
-    return results
+    return None if from_cli else results
