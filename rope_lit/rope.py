@@ -257,6 +257,7 @@ class RotaryEmbedding(nn.Module):
         attention_factor:float|None=None, # multiplies cos and sin (scores by its square); None: YaRN's √(1/t) for 'yarn', else 1
         seq_dim:int=-2,         # -2: (batch, heads, seq, d); 1: (batch, seq, heads, d); 0: labml's (seq, batch, heads, d)
         backend:str='auto',     # 'eager', 'auto' (fused kernels where available) or a kernel name
+        validate_positions=False, # check tensor positions on the host (one sync per call, a ValueError) on every device
     ):
         super().__init__()
         self.dim = _check_even('dim', dim)
@@ -279,7 +280,7 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer('inv_freq', self._inv_freq64.clone(), persistent=False)
         self.register_buffer('cos_cached', torch.empty(0, self.rotary_dim//2), persistent=False)
         self.register_buffer('sin_cached', torch.empty(0, self.rotary_dim//2), persistent=False)
-        self.n_builds, self._backends = 0, {}
+        self.n_builds, self._backends, self.validate_positions = 0, {}, bool(validate_positions)
         if max_seq_len: self._build(max_seq_len)
 
     def _build(self, length:int):
@@ -321,29 +322,38 @@ def _rows(self:RotaryEmbedding, offset:int, seq:int, device)->tuple[Tensor, Tens
 
 # %% ../nbs/02_rope.ipynb #181dc07a
 def _check_positions(positions, batch:int, seq:int, name='positions'):
-    "Raise unless `positions` is an integer tensor of shape (seq,) or (batch, seq) with non-negative values"
+    "Raise unless `positions` is an integer tensor of shape (seq,) or (batch, seq) (values: see `_check_values`)"
     if not isinstance(positions, Tensor): raise TypeError(f"{name} must be an integer torch.Tensor of shape (seq,) or (batch, seq), got {type(positions).__name__}")
     if positions.dtype == torch.bool or positions.is_floating_point() or positions.is_complex():
         raise TypeError(f"{name} must have an integer dtype (positions are held exactly), got {positions.dtype}")
     if tuple(positions.shape) not in ((seq,), (batch, seq)):
         raise ValueError(f"{name} must have shape (seq,) = ({seq},) or (batch, seq) = ({batch}, {seq}) matching the sequence dimension of the input, got {tuple(positions.shape)}")
-    _check_nonnegative(positions, name)
 
-def _check_nonnegative(t:Tensor, name:str):
-    "Host check on CPU; on other devices a device-side assert (no sync); nothing while compiling"
-    if torch.compiler.is_compiling(): return
-    if t.device.type == 'cpu':
-        if t.numel() and bool((t < 0).any()): raise ValueError(f"{name} must be non-negative")
-    elif t.device.type == 'cuda': torch._assert_async((t >= 0).all(), f"{name} must be non-negative")
+def _check_values(checks:list, host=False):
+    "`checks`: (bad, message) pairs, `bad` a 0-d bool tensor. CPU flags (all, if `host`): one read, ValueError; CUDA: device asserts"
+    if torch.compiler.is_compiling() or not checks: return
+    on_host = [(bad, msg) for bad, msg in checks if host or bad.device.type == 'cpu']
+    if on_host and bool(torch.stack([bad.to(on_host[0][0].device) for bad, _ in on_host]).any()):  # the one read
+        raise ValueError(next(msg for bad, msg in on_host if bool(bad)))
+    for bad, msg in checks:
+        if not host and bad.device.type == 'cuda': torch._assert_async(~bad, msg)
 
 def _check_offset(offset, batch:int):
+    "Raise unless `offset` is a non-negative int or an integer tensor of shape (batch,) (values: see `_check_values`)"
     if isinstance(offset, Tensor):
         if offset.dtype == torch.bool or offset.is_floating_point() or offset.is_complex():
             raise TypeError(f"offset must be an int or an integer tensor of shape (batch,), got dtype {offset.dtype}")
         if tuple(offset.shape) != (batch,): raise ValueError(f"offset tensor must have shape (batch,) = ({batch},), got {tuple(offset.shape)}")
-        _check_nonnegative(offset, 'offset')
     elif isinstance(offset, bool) or not isinstance(offset, int): raise TypeError(f"offset must be an int or an integer tensor of shape (batch,), got {type(offset).__name__}")
     elif offset < 0: raise ValueError(f"offset must be non-negative, got {offset}")
+
+def _same_device(a, b)->bool:
+    "Whether devices `a` and `b` are the same; a device without index ('cuda') means the current one of its type"
+    a, b = torch.device(a), torch.device(b)
+    if a.type != b.type: return False
+    if a.type in ('cpu', 'meta') or a.index == b.index: return True
+    current = lambda d: d.index if d.index is not None else getattr(torch, d.type).current_device()
+    return current(a) == current(b)
 
 # %% ../nbs/02_rope.ipynb #d249b86e
 @patch
@@ -356,19 +366,29 @@ def cos_sin(self:RotaryEmbedding,
     dtype=torch.float32,        # dtype of q and k: float64 gets float64 tables, everything else float32
 )->tuple[Tensor, Tensor]:       # cos, sin: (seq, r/2) or (batch, seq, r/2)
     "cos/sin rows for the given positions, validated"
-    device = self.inv_freq.device if device is None else torch.device(device)
-    if device != self.inv_freq.device:
+    if device is not None and not _same_device(device, self.inv_freq.device):
         raise ValueError(f"q and k are on {device} but RotaryEmbedding is on {self.inv_freq.device}: move it with .to({str(device)!r})")
+    device = self.inv_freq.device                        # normalised: 'cuda' given, 'cuda:0' held
     if positions is not None: _check_positions(positions, batch, seq)
     _check_offset(offset, batch)
     table_dtype = torch.float64 if dtype == torch.float64 else torch.float32
     if positions is None and not isinstance(offset, Tensor):
         if table_dtype == torch.float32: return self._rows(offset, seq, device)
         return self._scaled(*rotary_cos_sin(torch.arange(offset, offset + seq, device=device), self.inv_freq.to(device), table_dtype))
+    checks, compiling = [], torch.compiler.is_compiling()
+    if positions is not None and not compiling: checks.append(((positions < 0).any(), "positions must be non-negative"))
+    if isinstance(offset, Tensor) and not compiling: checks.append(((offset < 0).any(), "offset must be non-negative"))
     if positions is None: positions = torch.arange(seq, device=device)
     positions = positions.to(device)
     if isinstance(offset, Tensor): positions = positions + offset.to(device)[:, None]
     elif offset: positions = positions + offset
+    from_table = self.max_seq_len is not None and table_dtype == torch.float32
+    if from_table and not compiling:
+        n = len(self.cos_cached)
+        checks.append(((positions >= n).any(), f"positions (+ offset) must be < {n}, the rows cached by RotaryEmbedding(max_seq_len="
+                       f"{self.max_seq_len}): build it with a larger max_seq_len, or without one to compute angles on the fly"))
+    _check_values(checks, self.validate_positions)
+    if from_table: return self.cos_cached[positions], self.sin_cached[positions]   # already times attention_factor
     return self._scaled(*rotary_cos_sin(positions, self.inv_freq.to(device), table_dtype))
 
 # %% ../nbs/02_rope.ipynb #c9dca795
@@ -396,11 +416,12 @@ def _backend_fn(self:RotaryEmbedding, device_type:str):
 def forward(self:RotaryEmbedding,
     q:Tensor,                   # queries in the module's layout, e.g. (batch, heads_q, seq, dim)
     k:Tensor,                   # keys, same layout; heads may differ from q's (GQA/MQA)
-    positions:Tensor|None=None, # integer (seq,) or (batch, seq); default 0..seq-1
+    positions:Tensor|None=None, # integer (seq,) or (batch, seq); default 0..seq-1; >= 0 (and < the table with max_seq_len): see below
     offset:int|Tensor=0,        # added to every position: int, or integer tensor (batch,)
 )->tuple[Tensor, Tensor]:       # rotated (q, k), same shapes, dtypes and layout
     "Rotate `q` and `k` at their positions"
     qb, kb = self._as_bhsd(q, 'q'), self._as_bhsd(k, 'k')
+    if k.device != q.device: raise ValueError(f"k must be on q's device {q.device}, got k on {k.device}")
     if kb.shape[0] != qb.shape[0] or kb.shape[2] != qb.shape[2]:
         raise ValueError(f"q and k must have the same batch and seq sizes, got q {tuple(q.shape)} and k {tuple(k.shape)} (seq_dim={self.seq_dim})")
     if q.dtype != k.dtype: raise TypeError(f"q and k must have the same dtype, got {q.dtype} and {k.dtype}")
