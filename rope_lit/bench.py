@@ -87,23 +87,6 @@ def _cuda_graph(setup_inner):
     return setup
 
 # %% ../nbs/04a_benchmark.ipynb #4047d85a
-FLOOR = 'copy q, k (floor)'
-OURS = 'rope_lit fused'
-
-def all_methods()->list:
-    "Every method of the benchmark, the floor first and rope_lit's fused path second"
-    return [
-        Method(FLOOR, _floor, peer=False, backward=False),
-        Method(OURS, _rope_lit('auto'), peer=False),
-        Method('rope_lit eager', _rope_lit('eager'), peer=False),
-        Method('transformers LLaMA eager', _hf_llama(False), pairings=('split',)),
-        Method('transformers LLaMA compiled', _hf_llama(True), pairings=('split',)),
-        Method('liger-kernel', _liger, pairings=('split',), devices=('cuda',)),
-        Method('rotary-embedding-torch', _rotary_embedding_torch, pairings=('interleaved',)),
-        Method('transformers GPT-J eager', _hf_gptj(False), pairings=('interleaved',), layout='bshd'),
-        Method('transformers GPT-J compiled', _hf_gptj(True), pairings=('interleaved',), layout='bshd'),
-    ]
-
 def _module(cos, sin, dtype, device, interleaved):
     from rope_lit.rope import RotaryEmbedding
     rope = RotaryEmbedding(2 * cos.shape[-1], interleaved=interleaved).to(device)
