@@ -9,12 +9,13 @@ from __future__ import annotations
 import math, time
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
+from fastcore.basics import patch
 from ..attention import RotaryMultiHeadAttention, KVCache
 from .data import PAD, BOS, EOS
 
 # %% auto #0
-__all__ = ['POSITIONS', 'sinusoidal_table', 'FeedForward', 'EncoderLayer', 'DecoderLayer', 'Seq2SeqTransformer', 'greedy_decode',
-           'beam_search', 'attention_maps']
+__all__ = ['POSITIONS', 'sinusoidal_table', 'FeedForward', 'EncoderLayer', 'DecoderLayer', 'Seq2SeqTransformer',
+           'IncrementalDecoder', 'greedy_decode', 'beam_search', 'attention_maps']
 
 # %% ../../nbs/11_mt_model.ipynb #e76e4b75
 POSITIONS = ('sinusoidal', 'rope', 'rope+cross', 'none', 'hexu')
@@ -141,7 +142,115 @@ class Seq2SeqTransformer(nn.Module):
         "Empty key/value caches, one (self, cross) pair per decoder layer"
         return [(KVCache(), KVCache()) for _ in self.decoder]
 
-# %% ../../nbs/11_mt_model.ipynb #0c13fa97
+# %% ../../nbs/11_mt_model.ipynb #f973cafc
+def _decode_weights(model:Seq2SeqTransformer, dtype:torch.dtype)->tuple[list[dict], dict]:
+    "Per decoder layer, its parameters in `dtype` with W_q, W_k, W_v fused and 1/√d_head folded into W_q; cached on the model until a parameter changes"
+    key = (dtype,) + tuple((p.data_ptr(), p._version) for p in model.parameters())
+    cached = model.__dict__.get('_decode_weights_cache')
+    if cached is not None and cached[0] == key: return cached[1]
+    cast = lambda t: None if t is None else t.detach().to(dtype)
+    cat = lambda ts: None if ts[0] is None else torch.cat(ts)
+    layers = []
+    with torch.inference_mode(False), torch.no_grad():   # ordinary tensors, usable inside and outside inference mode
+        for l in model.decoder:
+            sa, ca = l.self_attn, l.cross_attn
+            lin = lambda m: (cast(m.weight), cast(m.bias))
+            scale = sa.head_dim ** -0.5          # softmax(q k^T / sqrt(d)): folded into W_q and b_q
+            q_lin = lambda m: (cast(m.weight * scale), None if m.bias is None else cast(m.bias * scale))
+            layers.append(dict(
+                qkv=(cast(torch.cat([sa.q_proj.weight * scale, sa.k_proj.weight, sa.v_proj.weight])),
+                     cast(cat([None if sa.q_proj.bias is None else sa.q_proj.bias * scale, sa.k_proj.bias, sa.v_proj.bias]))),
+                self_out=lin(sa.out_proj), cross_q=q_lin(ca.q_proj), cross_k=lin(ca.k_proj), cross_v=lin(ca.v_proj),
+                cross_out=lin(ca.out_proj), ff1=lin(l.ff.w1), ff2=lin(l.ff.w2),
+                norms=[(cast(n.weight), cast(n.bias), n.eps) for n in (l.norm1, l.norm2, l.norm3)]))
+        final = dict(norm=(cast(model.dec_norm.weight), cast(model.dec_norm.bias), model.dec_norm.eps),
+                     embed=cast(model.embed.weight), pe=cast(model.pe))
+    model.__dict__['_decode_weights_cache'] = (key, (layers, final))   # not a buffer: never saved with the model
+    return layers, final
+
+# %% ../../nbs/11_mt_model.ipynb #4146d45f
+class IncrementalDecoder:
+    "One target token per step for every row of a batch, for a `Seq2SeqTransformer` in eval mode"
+    def __init__(self,
+        model:Seq2SeqTransformer, # in eval mode (no dropout is applied here)
+        memory:Tensor,            # (rows, src_len, d_model) encoder output
+        memory_mask:Tensor,       # (rows, 1, 1, src_len) bool, True at real source tokens
+        max_len:int,              # longest output, `<s>` included: steps run at positions 0 .. max_len - 2
+        dtype:torch.dtype|None=None, # weights and activations (default: memory's dtype); e.g. torch.bfloat16
+    ):
+        if model.training: raise ValueError("IncrementalDecoder needs a model in eval mode (it applies no dropout): call model.eval()")
+        dtype = memory.dtype if dtype is None else dtype
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"dtype must be a floating torch.dtype such as torch.bfloat16, got {dtype!r}")
+        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 2:
+            raise ValueError(f"max_len must be an int >= 2 (`<s>` and at least one token), got {max_len!r}")
+        if max_len - 1 > model.max_len:
+            raise ValueError(f"max_len={max_len} needs target positions up to {max_len - 2}, beyond the model's max_len={model.max_len}")
+        self.model, self.dtype, self.max_len, self.t = model, dtype, max_len, 0
+        self.layers, self.final = _decode_weights(model, dtype)
+        self.h = model.decoder[0].self_attn.n_heads; self.dk = model.d_model // self.h
+        rows = memory.shape[0]
+        self.work = torch.promote_types(dtype, torch.float32)          # attention's dtype: float32 (float64 stays)
+        memory = memory.to(dtype)
+        self.mask_bias = None if bool(memory_mask.all()) else torch.zeros(memory_mask.shape, dtype=self.work, device=memory.device
+                                                                         ).masked_fill_(~memory_mask, float('-inf'))
+        self.cross, self.kv = [], []
+        for layer, w in zip(model.decoder, self.layers):
+            k, v = self._heads(F.linear(memory, *w['cross_k'])), self._heads(F.linear(memory, *w['cross_v']))
+            if layer.cross_attn.rotary is not None: k = layer.cross_attn.rotary.rotate(k)   # source positions 0, 1, ...
+            self.cross.append((k.to(self.work), v.to(self.work)))
+            self.kv.append(memory.new_empty(2, rows, self.h, max_len - 1, self.dk, dtype=self.work))  # self-attention keys, values
+
+    def _heads(self, y:Tensor)->Tensor: return y.unflatten(-1, (self.h, self.dk)).transpose(1, 2)  # (rows, h, len, dk)
+    def _merge(self, a:Tensor)->Tensor: return a.transpose(1, 2).flatten(2)                       # (rows, len, d_model)
+
+# %% ../../nbs/11_mt_model.ipynb #bdeb6a78
+def _attend_one(q:Tensor, k:Tensor, v:Tensor, bias:Tensor|None)->Tensor:
+    "softmax(q kᵀ + bias) v for (rows, h, 1, d) queries already scaled by 1/√d; `bias`: None or (rows, 1, 1, kv_len) with 0 / -inf"
+    scores = torch.matmul(q, k.transpose(-1, -2))
+    if bias is not None: scores = scores + bias
+    return torch.matmul(scores.softmax(-1), v)
+
+# %% ../../nbs/11_mt_model.ipynb #dd5f0f39
+@patch
+def step(self:IncrementalDecoder,
+    tokens:Tensor,   # (rows,) ids of the tokens at position `self.t`
+)->Tensor:           # (rows, vocab) float32 logits of the token at position `self.t + 1`
+    "Feed one token per row; return the next-token logits"
+    t = self.t
+    if t >= self.max_len - 1: raise ValueError(f"all {self.max_len - 1} steps of max_len={self.max_len} are used")
+    fin = self.final
+    x = F.embedding(tokens[:, None], fin['embed']) * math.sqrt(self.model.d_model)
+    if fin['pe'] is not None: x = x + fin['pe'][t]
+    d = (self.model.d_model,)
+    for layer, w, (ck, cv), kv in zip(self.model.decoder, self.layers, self.cross, self.kv):
+        (n1, n2, n3) = w['norms']
+        qkv = F.linear(F.layer_norm(x, d, *n1), *w['qkv']).to(self.work).unflatten(-1, (3, self.h, self.dk)).permute(2, 0, 3, 1, 4)
+        q, k = qkv[0], qkv[1]
+        if layer.self_attn.rotary is not None: q, k = layer.self_attn.rotary(q, k, offset=t)
+        kv[0, :, :, t:t+1] = k; kv[1, :, :, t:t+1] = qkv[2]
+        a = _attend_one(q, kv[0, :, :, :t+1], kv[1, :, :, :t+1], None)   # the newest query sees all keys so far
+        x = x + F.linear(self._merge(a).to(self.dtype), *w['self_out'])
+        q = self._heads(F.linear(F.layer_norm(x, d, *n2), *w['cross_q']).to(self.work))
+        if layer.cross_attn.rotary is not None: q = layer.cross_attn.rotary.rotate(q, offset=t)
+        a = _attend_one(q, ck, cv, self.mask_bias)
+        x = x + F.linear(self._merge(a).to(self.dtype), *w['cross_out'])
+        x = x + F.linear(F.relu(F.linear(F.layer_norm(x, d, *n3), *w['ff1'])), *w['ff2'])
+    self.t += 1
+    return F.linear(F.layer_norm(x[:, 0], d, *fin['norm']), fin['embed']).float()
+
+@patch
+def reorder(self:IncrementalDecoder,
+    rows:Tensor,          # (rows,) integer: row i continues from row rows[i]
+    memory:bool=False,    # also move the cross-attention keys/values (not needed when rows move among copies of one source)
+):
+    "Make row i continue the history of row `rows[i]` (beam search)"
+    for kv in self.kv: kv[:, :, :, :self.t] = kv[:, rows, :, :self.t]
+    if memory:
+        self.cross = [(k[rows], v[rows]) for k, v in self.cross]
+        if self.mask_bias is not None: self.mask_bias = self.mask_bias[rows]
+
+# %% ../../nbs/11_mt_model.ipynb #caa8d2da
 @torch.no_grad()
 def greedy_decode(
     model:Seq2SeqTransformer, # a trained model (put in eval mode by the caller)
@@ -149,22 +258,28 @@ def greedy_decode(
     max_len:int=72,           # longest output, `<s>` included
     use_cache:bool=True,      # False: re-run the decoder on the whole prefix each step
     min_len:int=0,            # forbid `</s>` before this many tokens (for timing fixed lengths)
+    dtype:torch.dtype|None=None, # eval mode with the cache: decode in this dtype (e.g. torch.bfloat16); None: the model's
 )->Tensor:                    # (batch, out_len) ids starting with `<s>`, padded after `</s>`
     "Batched greedy decoding, with or without the key/value cache"
-    memory, mask = model.encode(src)
-    b = src.shape[0]
-    ys = torch.full((b, 1), BOS, dtype=torch.long, device=src.device)
-    done = torch.zeros(b, dtype=torch.bool, device=src.device)
-    cache = model.new_cache() if use_cache else None
-    for t in range(max_len - 1):
-        if use_cache: logits = model.decode(ys[:, -1:], memory, mask, cache, start=t)[:, -1]
-        else: logits = model.decode(ys, memory, mask)[:, -1]
-        if t + 1 < min_len: logits[:, EOS] = float('-inf')
-        nxt = logits.argmax(-1).masked_fill(done, PAD)
-        ys = torch.cat([ys, nxt[:, None]], 1)
-        done |= nxt == EOS
-        if done.all(): break
-    return ys
+    lean = use_cache and not model.training
+    if dtype is not None and not lean: raise ValueError("dtype needs use_cache=True and a model in eval mode")
+    with torch.inference_mode():   # less bookkeeping per operation than no_grad; the result is copied out below
+        memory, mask = model.encode(src)
+        b = src.shape[0]
+        dec = IncrementalDecoder(model, memory, mask, max_len, dtype) if lean else None
+        cache = model.new_cache() if use_cache and not lean else None
+        ys = torch.full((b, max_len), PAD, dtype=torch.long, device=src.device); ys[:, 0] = BOS
+        done = torch.zeros(b, dtype=torch.bool, device=src.device)
+        for t in range(max_len - 1):
+            if lean: logits = dec.step(ys[:, t])
+            elif use_cache: logits = model.decode(ys[:, t:t+1], memory, mask, cache, start=t)[:, -1]
+            else: logits = model.decode(ys[:, :t+1], memory, mask)[:, -1]
+            if t + 1 < min_len: logits[:, EOS] = float('-inf')
+            nxt = logits.argmax(-1).masked_fill_(done, PAD)
+            ys[:, t + 1] = nxt
+            done |= nxt == EOS
+            if done.all(): ys = ys[:, :t + 2]; break
+    return ys.clone()   # an ordinary tensor: usable in autograd, unlike an inference-mode one
 
 # %% ../../nbs/11_mt_model.ipynb #c1ed04e0
 @torch.no_grad()
@@ -175,36 +290,45 @@ def beam_search(
     length_penalty:float=0.6, # GNMT α; 0 ranks by total log-probability
     max_len:int=72,           # longest output, `<s>` included
     use_cache:bool=True,      # False: re-run the decoder on the whole prefix each step
+    dtype:torch.dtype|None=None, # eval mode with the cache: decode in this dtype (e.g. torch.bfloat16); None: the model's
 )->Tensor:                    # (batch, out_len) best hypothesis per sentence, starting with `<s>`
     "Batched beam search with the key/value cache"
-    if beam_size < 1: raise ValueError(f"beam_size must be >= 1, got {beam_size}")
-    b, k, dev = src.shape[0], beam_size, src.device
-    memory, mask = model.encode(src)
-    memory, mask = memory.repeat_interleave(k, 0), mask.repeat_interleave(k, 0)
-    ys = torch.full((b * k, 1), BOS, dtype=torch.long, device=dev)
-    scores = torch.full((b, k), float('-inf'), device=dev); scores[:, 0] = 0   # start from one live beam
-    done = torch.zeros(b * k, dtype=torch.bool, device=dev)
-    lengths = torch.ones(b * k, device=dev)
-    cache = model.new_cache() if use_cache else None
-    for t in range(max_len - 1):
-        if use_cache: logits = model.decode(ys[:, -1:], memory, mask, cache, start=t)[:, -1]
-        else: logits = model.decode(ys, memory, mask)[:, -1]
-        logp = logits.float().log_softmax(-1)
-        logp[done] = float('-inf'); logp[done, PAD] = 0       # finished: only <pad>, free
-        V = logp.shape[-1]
-        cand = (scores.view(-1, 1) + logp).view(b, k * V)
-        scores, idx = cand.topk(k, dim=-1)                   # (b, k)
-        beam, tok = idx // V, idx % V
-        rows = (beam + torch.arange(b, device=dev)[:, None] * k).view(-1)
-        ys = torch.cat([ys[rows], tok.view(-1, 1)], 1)
-        done, lengths = done[rows], lengths[rows] + (~done[rows]).float()
-        done = done | (tok.view(-1) == EOS)
-        if use_cache:
-            for sc, cc in cache: sc.reorder(rows); cc.reorder(rows)
-        if done.all(): break
-    norm = scores / ((5 + lengths.view(b, k)) / 6) ** length_penalty
-    best = norm.argmax(-1) + torch.arange(b, device=dev) * k
-    return ys[best]
+    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")
+    with torch.inference_mode():
+        b, k, dev = src.shape[0], beam_size, src.device
+        memory, mask = model.encode(src)
+        memory, mask = memory.repeat_interleave(k, 0), mask.repeat_interleave(k, 0)
+        lean = use_cache and not model.training
+        if dtype is not None and not lean: raise ValueError("dtype needs use_cache=True and a model in eval mode")
+        dec = IncrementalDecoder(model, memory, mask, max_len, dtype) if lean else None
+        cache = model.new_cache() if use_cache and not lean else None
+        ys = torch.full((b * k, 1), BOS, dtype=torch.long, device=dev)
+        scores = torch.full((b, k), float('-inf'), device=dev); scores[:, 0] = 0   # start from one live beam
+        done = torch.zeros(b * k, dtype=torch.bool, device=dev)
+        lengths = torch.ones(b * k, device=dev)
+        for t in range(max_len - 1):
+            if lean: logits = dec.step(ys[:, -1])
+            elif use_cache: logits = model.decode(ys[:, -1:], memory, mask, cache, start=t)[:, -1]
+            else: logits = model.decode(ys, memory, mask)[:, -1]
+            logp = logits.float().log_softmax(-1)
+            logp[done] = float('-inf'); logp[done, PAD] = 0       # finished: only <pad>, free
+            V = logp.shape[-1]
+            cand = (scores.view(-1, 1) + logp).view(b, k * V)
+            scores, idx = cand.topk(k, dim=-1)                   # (b, k)
+            beam, tok = idx // V, idx % V
+            rows = (beam + torch.arange(b, device=dev)[:, None] * k).view(-1)
+            ys = torch.cat([ys[rows], tok.view(-1, 1)], 1)
+            done, lengths = done[rows], lengths[rows] + (~done[rows]).float()
+            done = done | (tok.view(-1) == EOS)
+            if lean: dec.reorder(rows)             # rows move only among the beams of one sentence: memory stays
+            elif use_cache:
+                for sc, cc in cache: sc.reorder(rows); cc.reorder(rows)
+            if done.all(): break
+        norm = scores / ((5 + lengths.view(b, k)) / 6) ** length_penalty
+        best = norm.argmax(-1) + torch.arange(b, device=dev) * k
+        best = ys[best]
+    return best.clone()
 
 # %% ../../nbs/11_mt_model.ipynb #10736e26
 @torch.no_grad()

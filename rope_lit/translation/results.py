@@ -12,12 +12,25 @@ import torch
 from .data import PAD, BOS, EOS
 from .model import Seq2SeqTransformer, greedy_decode
 from .train import make_config, make_optimizer, smoothed_loss
+import torch.nn.functional as F
 
 # %% auto #0
-__all__ = ['AT_ISSUE', 'benchmark_training', 'benchmark_decoding', 'speed_table', 'load_run', 'runs_table', 'scheme_table',
-           'plot_curves', 'plot_attention']
+__all__ = ['MATMUL_OPS', 'AT_ISSUE', 'benchmark_training', 'training_matmul_seconds', 'benchmark_decoding', 'decode_weight_floor',
+           'speed_table', 'load_run', 'runs_table', 'scheme_table', 'plot_curves', 'plot_attention']
 
 # %% ../../nbs/13_mt_results.ipynb #6b05d7c0
+def _training_step(N, d_model, d_ff, h, vocab_size, batch, src_len, tgt_len, position):
+    "Our training step (forward, label-smoothed loss, backward, Adam, Noam) on one fixed random batch"
+    torch.manual_seed(0)
+    cfg = make_config('tiny', N=N, d_model=d_model, d_ff=d_ff, h=h, position=position, device='cpu')
+    model = Seq2SeqTransformer(vocab_size, N, d_model, d_ff, h, 0.1, position, 128).train()
+    opt, sched = make_optimizer(model, cfg)
+    src = torch.randint(4, vocab_size, (batch, src_len)); tgt = torch.randint(4, vocab_size, (batch, tgt_len + 1))
+    def step():
+        loss = smoothed_loss(model(src, tgt[:, :-1]), tgt[:, 1:]) / (batch * tgt_len)
+        loss.backward(); opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
+    return step
+
 def benchmark_training(
     N:int=3, d_model:int=256, d_ff:int=1024, h:int=4, # model size
     vocab_size:int=8000,        # shared vocabulary
@@ -26,18 +39,30 @@ def benchmark_training(
     position:str='sinusoidal',  # position scheme
 )->float:                       # source+target tokens per second
     "Tokens/s of our training step (forward, label-smoothed loss, backward, Adam, Noam) on random data"
-    torch.manual_seed(0)
-    cfg = make_config('tiny', N=N, d_model=d_model, d_ff=d_ff, h=h, position=position, device='cpu')
-    model = Seq2SeqTransformer(vocab_size, N, d_model, d_ff, h, 0.1, position, 128).train()
-    opt, sched = make_optimizer(model, cfg)
-    src = torch.randint(4, vocab_size, (batch, src_len)); tgt = torch.randint(4, vocab_size, (batch, tgt_len + 1))
+    step = _training_step(N, d_model, d_ff, h, vocab_size, batch, src_len, tgt_len, position)
     for i in range(warmup + steps):
         if i == warmup: t0 = time.perf_counter()
-        loss = smoothed_loss(model(src, tgt[:, :-1]), tgt[:, 1:]) / (batch * tgt_len)
-        loss.backward(); opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
+        step()
     return batch * (src_len + tgt_len) * steps / (time.perf_counter() - t0)
 
 # %% ../../nbs/13_mt_results.ipynb #25c07df2
+MATMUL_OPS = ('aten::mm', 'aten::addmm', 'aten::bmm', 'aten::baddbmm')
+
+def training_matmul_seconds(
+    N:int=3, d_model:int=256, d_ff:int=1024, h:int=4, vocab_size:int=8000, # model size
+    batch:int=32, src_len:int=20, tgt_len:int=20, # batch
+    steps:int=3, warmup:int=2,  # profiled and untimed steps
+    position:str='sinusoidal',  # position scheme
+)->float:                       # seconds per step inside matrix products
+    "Seconds per training step spent in matrix products (self CPU time of `MATMUL_OPS` under `torch.profiler`)"
+    from torch.profiler import profile, ProfilerActivity
+    step = _training_step(N, d_model, d_ff, h, vocab_size, batch, src_len, tgt_len, position)
+    for _ in range(warmup): step()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps): step()
+    return sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in MATMUL_OPS) / 1e6 / steps
+
+# %% ../../nbs/13_mt_results.ipynb #d71ead10
 def benchmark_decoding(
     N:int=3, d_model:int=256, d_ff:int=1024, h:int=4, vocab_size:int=8000, # model size
     src_len:int=20,             # source tokens
@@ -45,6 +70,7 @@ def benchmark_decoding(
     use_cache:bool=True,        # cached or re-run decoder
     repeats:int=3,              # best of this many
     position:str='sinusoidal',  # position scheme
+    dtype:torch.dtype|None=None,# decoding dtype (cached path only), e.g. torch.bfloat16
 )->float:                       # seconds to decode one sentence
     "Seconds for greedy decoding of one sentence to exactly `out_len` tokens (best of `repeats`)"
     torch.manual_seed(0)
@@ -53,23 +79,54 @@ def benchmark_decoding(
     best = math.inf
     for _ in range(repeats):
         t0 = time.perf_counter()
-        ys = greedy_decode(model, src, out_len, use_cache=use_cache, min_len=out_len)
+        ys = greedy_decode(model, src, out_len, use_cache=use_cache, min_len=out_len, dtype=dtype)
         best = min(best, time.perf_counter() - t0)
     assert ys.shape[1] == out_len
+    return best
+
+# %% ../../nbs/13_mt_results.ipynb #75045772
+def decode_weight_floor(
+    N:int=3, d_model:int=256, d_ff:int=1024, vocab_size:int=8000, # model size
+    steps:int=71,               # decoding steps (out_len - 1)
+    dtype:torch.dtype=torch.float32, # weight dtype
+    repeats:int=3,              # best of this many
+)->float:                       # seconds
+    "Seconds for the matrix-vector products alone of `steps` one-sentence decoding steps (best of `repeats`)"
+    torch.manual_seed(0)
+    d, f = d_model, d_ff
+    mats = [torch.randn(o, i).to(dtype) for _ in range(N) for o, i in ((3 * d, d), (d, d), (d, d), (d, d), (f, d), (d, f))]
+    mats.append(torch.randn(vocab_size, d).to(dtype))
+    xs = {i: torch.randn(1, i).to(dtype) for i in (d, f)}
+    best = math.inf
+    with torch.inference_mode():
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                for w in mats: F.linear(xs[w.shape[1]], w)
+            best = min(best, time.perf_counter() - t0)
     return best
 
 # %% ../../nbs/13_mt_results.ipynb #95c02bb5
 AT_ISSUE = {'small': dict(train_tokens_per_s=3700, decode_s=0.47), 'base': dict(train_tokens_per_s=760, decode_s=4.2)}
 
-def speed_table(vs:dict)->str:
-    "Markdown table of an interleaved measurement of ours vs the Annotated Transformer (AT) re-implementation"
-    rows = ['| size | train tok/s: AT (issue 6) | AT here | ours here | ours / AT here | decode to 72, s: AT (issue 6) | AT here | '
-            'ours, cached | AT / ours | ours, uncached | cache speed-up |', '|---|---|---|---|---|---|---|---|---|---|---|']
+def speed_table(vs:dict, kind:str='train')->str:
+    "Markdown table ('train' or 'decode') of an interleaved measurement of ours vs the Annotated Transformer (AT) re-implementation"
+    if kind == 'train':
+        rows = ['| size | AT (issue 6), tok/s | AT here | ours here | ours / AT | target: 1.5 × AT here | ours inside matrix products, s/step | '
+                'matrix products alone, tok/s | their ceiling / AT |', '|---|---|---|---|---|---|---|---|---|']
+    else:
+        rows = ['| size | AT (issue 6), s | AT here | ours, cached | AT / ours | ours, cached, bf16 | AT / ours bf16 | weight floor | '
+                'weight floor, bf16 | ours, uncached | cache speed-up |', '|---|---|---|---|---|---|---|---|---|---|---|']
     for k in ('small', 'base'):
-        b, ref = vs[k], AT_ISSUE[k]
-        rows.append(f"| {k} (N={b['N']}, d={b['d_model']}) | {ref['train_tokens_per_s']:,} | {b['at_train']:,.0f} | {b['ours_train']:,.0f} | "
-                    f"{b['ours_train'] / b['at_train']:.2f}× | {ref['decode_s']} | {b['at_decode']:.2f} | {b['ours_decode']:.2f} | "
-                    f"{b['at_decode'] / b['ours_decode']:.1f}× | {b['ours_decode_uncached']:.2f} | {b['ours_decode_uncached'] / b['ours_decode']:.1f}× |")
+        b, ref = vs[k], AT_ISSUE[k]; name = f"{k} (N={b['N']}, d={b['d_model']})"
+        if kind == 'train':
+            tokens = 32 * 40; ceiling = tokens / b['ours_matmul_s']
+            rows.append(f"| {name} | {ref['train_tokens_per_s']:,} | {b['at_train']:,.0f} | {b['ours_train']:,.0f} | {b['ours_train'] / b['at_train']:.2f}× | "
+                        f"{1.5 * b['at_train']:,.0f} | {b['ours_matmul_s']:.3f} | {ceiling:,.0f} | {ceiling / b['at_train']:.2f}× |")
+        else:
+            rows.append(f"| {name} | {ref['decode_s']} | {b['at_decode']:.3f} | {b['ours_decode']:.3f} | {b['at_decode'] / b['ours_decode']:.1f}× | "
+                        f"{b['ours_decode_bf16']:.3f} | {b['at_decode'] / b['ours_decode_bf16']:.1f}× | {b['floor_decode']:.3f} | "
+                        f"{b['floor_decode_bf16']:.3f} | {b['ours_decode_uncached']:.3f} | {b['ours_decode_uncached'] / b['ours_decode']:.1f}× |")
     return '\n'.join(rows)
 
 # %% ../../nbs/13_mt_results.ipynb #28ddfe99

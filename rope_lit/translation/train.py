@@ -146,6 +146,7 @@ def translate(
     max_len:int=72,           # longest output
     batch_size:int=128,       # sentences per batch
     device=None,              # where to run (default: the model's device)
+    dtype:torch.dtype|None=None, # decode in this dtype, e.g. torch.bfloat16 (default: the model's; see `IncrementalDecoder`)
 )->list[str]:                 # detokenized translations, in input order
     "Translate `sentences` with greedy decoding or beam search"
     model.eval(); device = device or next(model.parameters()).device
@@ -154,7 +155,8 @@ def translate(
     for i in range(0, len(order), batch_size):
         idx = order[i:i+batch_size]
         src, _ = collate([(ids[j], [BOS]) for j in idx]); src = src.to(device)
-        ys = greedy_decode(model, src, max_len) if beam_size == 1 else beam_search(model, src, beam_size, length_penalty, max_len)
+        ys = (greedy_decode(model, src, max_len, dtype=dtype) if beam_size == 1
+              else beam_search(model, src, beam_size, length_penalty, max_len, dtype=dtype))
         texts = tok.decode_batch([[t for t in y.tolist() if t > EOS] for y in ys])
         for j, t in zip(idx, texts): out[j] = t
     return out
