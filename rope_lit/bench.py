@@ -253,6 +253,7 @@ def hardware(device:str)->dict:
                 versions={p: v(p) for p in ('torch', 'triton', 'transformers', 'rotary-embedding-torch', 'liger-kernel', 'rope_lit')})
     if hasattr(os, 'getloadavg'): meta['load_average_at_start'] = os.getloadavg()
     if device == 'cuda': meta['gpu'] = torch.cuda.get_device_name()
+    else: meta['GLIBC_TUNABLES'] = os.environ.get('GLIBC_TUNABLES')   # huge pages for large allocations, or not (see above)
     return meta
 
 # %% ../nbs/04a_benchmark.ipynb #7f439ab7
@@ -364,6 +365,9 @@ def main(argv=None):
     shapes = args.shapes or DEFAULT_SHAPES[args.device]
     dtype = getattr(torch, args.dtype or DEFAULT_DTYPE[args.device])
     repeats = args.repeats or (40 if args.device == 'cpu' else 10)
+    if args.device == 'cpu' and 'hugetlb=1' not in os.environ.get('GLIBC_TUNABLES', ''):
+        print("rope-lit-bench: note: without GLIBC_TUNABLES=glibc.malloc.hugetlb=1 every fresh output pays 4 KiB page faults; "
+              "CPU times then swing with the kernel's memory state (see notebook 04a)", file=sys.stderr)
     meta = hardware(args.device)
     meta.update(repeats=repeats, warmup=args.warmup, timing='perf_counter, interleaved round-robin, rotating input sets >= 3x LLC' if args.device == 'cpu'
                 else 'triton.testing.do_bench (CUDA events, L2 flushed) + end-to-end loop of 200 calls')

@@ -15,7 +15,7 @@ from .data import PAD, BOS, EOS
 
 # %% auto #0
 __all__ = ['POSITIONS', 'sinusoidal_table', 'FeedForward', 'EncoderLayer', 'DecoderLayer', 'Seq2SeqTransformer',
-           'IncrementalDecoder', 'greedy_decode', 'beam_search', 'attention_maps']
+           'DecodingWeights', 'IncrementalDecoder', 'greedy_decode', 'beam_search', 'attention_maps']
 
 # %% ../../nbs/11_mt_model.ipynb #e76e4b75
 POSITIONS = ('sinusoidal', 'rope', 'rope+cross', 'none', 'hexu')
@@ -144,14 +144,16 @@ class Seq2SeqTransformer(nn.Module):
 
 # %% ../../nbs/11_mt_model.ipynb #f973cafc
 def _decode_weights(model:Seq2SeqTransformer, dtype:torch.dtype)->tuple[list[dict], dict]:
-    "Per decoder layer, its parameters in `dtype` with W_q, W_k, W_v fused and 1/√d_head folded into W_q; cached on the model until a parameter changes"
-    key = (dtype,) + tuple((p.data_ptr(), p._version) for p in model.parameters())
-    cached = model.__dict__.get('_decode_weights_cache')
-    if cached is not None and cached[0] == key: return cached[1]
+    "Per decoder layer, its parameters in `dtype` with W_q, W_k, W_v fused and 1/√d_head folded into W_q"
+    for l in model.decoder:
+        sa = l.self_attn
+        if sa.n_kv_heads != sa.n_heads: raise ValueError("IncrementalDecoder fuses W_q, W_k, W_v: it needs n_kv_heads == n_heads")
+        if len({p.bias is None for p in (sa.q_proj, sa.k_proj, sa.v_proj)}) != 1:
+            raise ValueError("IncrementalDecoder fuses W_q, W_k, W_v: they must all have biases or none")
     cast = lambda t: None if t is None else t.detach().to(dtype)
     cat = lambda ts: None if ts[0] is None else torch.cat(ts)
     layers = []
-    with torch.inference_mode(False), torch.no_grad():   # ordinary tensors, usable inside and outside inference mode
+    with torch.no_grad():
         for l in model.decoder:
             sa, ca = l.self_attn, l.cross_attn
             lin = lambda m: (cast(m.weight), cast(m.bias))
@@ -165,8 +167,20 @@ def _decode_weights(model:Seq2SeqTransformer, dtype:torch.dtype)->tuple[list[dic
                 norms=[(cast(n.weight), cast(n.bias), n.eps) for n in (l.norm1, l.norm2, l.norm3)]))
         final = dict(norm=(cast(model.dec_norm.weight), cast(model.dec_norm.bias), model.dec_norm.eps),
                      embed=cast(model.embed.weight), pe=cast(model.pe))
-    model.__dict__['_decode_weights_cache'] = (key, (layers, final))   # not a buffer: never saved with the model
     return layers, final
+
+class DecodingWeights:
+    "A model's decoder weights prepared for `IncrementalDecoder` (fused W_q, W_k, W_v, in `dtype`): copies, so rebuild after the weights change"
+    def __init__(self,
+        model:Seq2SeqTransformer, # the model whose weights these are
+        dtype:torch.dtype|None=None, # e.g. torch.bfloat16; default: the model's parameter dtype
+    ):
+        dtype = next(model.parameters()).dtype if dtype is None else dtype
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"dtype must be a floating torch.dtype such as torch.bfloat16, got {dtype!r}")
+        self.model, self.dtype = model, dtype
+        self.layers, self.final = _decode_weights(model, dtype)
+    def __repr__(self): return f"DecodingWeights({type(self.model).__name__}, dtype={self.dtype})"
 
 # %% ../../nbs/11_mt_model.ipynb #4146d45f
 class IncrementalDecoder:
@@ -176,20 +190,27 @@ class IncrementalDecoder:
         memory:Tensor,            # (rows, src_len, d_model) encoder output
         memory_mask:Tensor,       # (rows, 1, 1, src_len) bool, True at real source tokens
         max_len:int,              # longest output, `<s>` included: steps run at positions 0 .. max_len - 2
-        dtype:torch.dtype|None=None, # weights and activations (default: memory's dtype); e.g. torch.bfloat16
+        dtype:torch.dtype|None=None, # weights and activations (default: `weights`' dtype, else memory's); e.g. torch.bfloat16
+        weights:DecodingWeights|None=None, # prepared weights of `model` (default: prepared here)
     ):
         if model.training: raise ValueError("IncrementalDecoder needs a model in eval mode (it applies no dropout): call model.eval()")
+        if weights is not None:
+            if not isinstance(weights, DecodingWeights) or weights.model is not model:
+                raise ValueError("weights must be a DecodingWeights prepared for this model")
+            if dtype is not None and dtype != weights.dtype: raise ValueError(f"dtype={dtype} but weights were prepared in {weights.dtype}")
+            dtype = weights.dtype
         dtype = memory.dtype if dtype is None else dtype
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise TypeError(f"dtype must be a floating torch.dtype such as torch.bfloat16, got {dtype!r}")
-        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 2:
-            raise ValueError(f"max_len must be an int >= 2 (`<s>` and at least one token), got {max_len!r}")
+        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+            raise ValueError(f"max_len must be an int >= 1 (`<s>` included), got {max_len!r}")
         if max_len - 1 > model.max_len:
             raise ValueError(f"max_len={max_len} needs target positions up to {max_len - 2}, beyond the model's max_len={model.max_len}")
         self.model, self.dtype, self.max_len, self.t = model, dtype, max_len, 0
-        self.layers, self.final = _decode_weights(model, dtype)
+        weights = DecodingWeights(model, dtype) if weights is None else weights
+        self.layers, self.final = weights.layers, weights.final
         self.h = model.decoder[0].self_attn.n_heads; self.dk = model.d_model // self.h
-        rows = memory.shape[0]
+        rows = self.rows = memory.shape[0]
         self.work = torch.promote_types(dtype, torch.float32)          # attention's dtype: float32 (float64 stays)
         memory = memory.to(dtype)
         self.mask_bias = None if bool(memory_mask.all()) else torch.zeros(memory_mask.shape, dtype=self.work, device=memory.device
@@ -217,7 +238,9 @@ def step(self:IncrementalDecoder,
     tokens:Tensor,   # (rows,) ids of the tokens at position `self.t`
 )->Tensor:           # (rows, vocab) float32 logits of the token at position `self.t + 1`
     "Feed one token per row; return the next-token logits"
-    t = self.t
+    t, rows = self.t, self.rows
+    if not isinstance(tokens, Tensor) or tokens.is_floating_point() or tokens.dtype == torch.bool or tuple(tokens.shape) != (rows,):
+        raise ValueError(f"tokens must be a (rows,) = ({rows},) integer tensor, got {tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__}")
     if t >= self.max_len - 1: raise ValueError(f"all {self.max_len - 1} steps of max_len={self.max_len} are used")
     fin = self.final
     x = F.embedding(tokens[:, None], fin['embed']) * math.sqrt(self.model.d_model)
@@ -245,6 +268,8 @@ def reorder(self:IncrementalDecoder,
     memory:bool=False,    # also move the cross-attention keys/values (not needed when rows move among copies of one source)
 ):
     "Make row i continue the history of row `rows[i]` (beam search)"
+    if not isinstance(rows, Tensor) or rows.is_floating_point() or rows.dtype == torch.bool or tuple(rows.shape) != (self.rows,):
+        raise ValueError(f"rows must be a (rows,) = ({self.rows},) integer tensor of row indices")
     for kv in self.kv: kv[:, :, :, :self.t] = kv[:, rows, :, :self.t]
     if memory:
         self.cross = [(k[rows], v[rows]) for k, v in self.cross]
@@ -259,14 +284,15 @@ def greedy_decode(
     use_cache:bool=True,      # False: re-run the decoder on the whole prefix each step
     min_len:int=0,            # forbid `</s>` before this many tokens (for timing fixed lengths)
     dtype:torch.dtype|None=None, # eval mode with the cache: decode in this dtype (e.g. torch.bfloat16); None: the model's
+    weights:DecodingWeights|None=None, # eval mode with the cache: weights prepared once for many calls
 )->Tensor:                    # (batch, out_len) ids starting with `<s>`, padded after `</s>`
     "Batched greedy decoding, with or without the key/value cache"
     lean = use_cache and not model.training
-    if dtype is not None and not lean: raise ValueError("dtype needs use_cache=True and a model in eval mode")
+    if (dtype is not None or weights is not None) and not lean: raise ValueError("dtype and weights need use_cache=True and a model in eval mode")
     with torch.inference_mode():   # less bookkeeping per operation than no_grad; the result is copied out below
         memory, mask = model.encode(src)
         b = src.shape[0]
-        dec = IncrementalDecoder(model, memory, mask, max_len, dtype) if lean else None
+        dec = IncrementalDecoder(model, memory, mask, max_len, dtype, weights) if lean else None
         cache = model.new_cache() if use_cache and not lean else None
         ys = torch.full((b, max_len), PAD, dtype=torch.long, device=src.device); ys[:, 0] = BOS
         done = torch.zeros(b, dtype=torch.bool, device=src.device)
@@ -291,17 +317,18 @@ def beam_search(
     max_len:int=72,           # longest output, `<s>` included
     use_cache:bool=True,      # False: re-run the decoder on the whole prefix each step
     dtype:torch.dtype|None=None, # eval mode with the cache: decode in this dtype (e.g. torch.bfloat16); None: the model's
+    weights:DecodingWeights|None=None, # eval mode with the cache: weights prepared once for many calls
 )->Tensor:                    # (batch, out_len) best hypothesis per sentence, starting with `<s>`
     "Batched beam search with the key/value cache"
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")
+    lean = use_cache and not model.training
+    if (dtype is not None or weights is not None) and not lean: raise ValueError("dtype and weights need use_cache=True and a model in eval mode")
     with torch.inference_mode():
         b, k, dev = src.shape[0], beam_size, src.device
         memory, mask = model.encode(src)
         memory, mask = memory.repeat_interleave(k, 0), mask.repeat_interleave(k, 0)
-        lean = use_cache and not model.training
-        if dtype is not None and not lean: raise ValueError("dtype needs use_cache=True and a model in eval mode")
-        dec = IncrementalDecoder(model, memory, mask, max_len, dtype) if lean else None
+        dec = IncrementalDecoder(model, memory, mask, max_len, dtype, weights) if lean else None
         cache = model.new_cache() if use_cache and not lean else None
         ys = torch.full((b * k, 1), BOS, dtype=torch.long, device=dev)
         scores = torch.full((b, k), float('-inf'), device=dev); scores[:, 0] = 0   # start from one live beam

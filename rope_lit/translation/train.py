@@ -16,7 +16,7 @@ from tokenizers import Tokenizer
 from sacrebleu.metrics import BLEU, CHRF
 from .data import (PAD, BOS, EOS, MULTI30K_SPLITS, read_parallel, synthetic_corpus, multi30k_dir,
                                        train_tokenizer, encode_pairs, token_batches, collate)
-from .model import Seq2SeqTransformer, greedy_decode, beam_search, attention_maps
+from .model import Seq2SeqTransformer, DecodingWeights, greedy_decode, beam_search, attention_maps
 try: from tqdm.auto import tqdm
 except ImportError: tqdm = None
 
@@ -150,13 +150,14 @@ def translate(
 )->list[str]:                 # detokenized translations, in input order
     "Translate `sentences` with greedy decoding or beam search"
     model.eval(); device = device or next(model.parameters()).device
+    weights = DecodingWeights(model, dtype)    # prepared once for all batches
     ids = [e.ids[:max_len-1] + [EOS] for e in tok.encode_batch(sentences)]
     order = sorted(range(len(ids)), key=lambda i: len(ids[i])); out = [None] * len(ids)
     for i in range(0, len(order), batch_size):
         idx = order[i:i+batch_size]
         src, _ = collate([(ids[j], [BOS]) for j in idx]); src = src.to(device)
-        ys = (greedy_decode(model, src, max_len, dtype=dtype) if beam_size == 1
-              else beam_search(model, src, beam_size, length_penalty, max_len, dtype=dtype))
+        ys = (greedy_decode(model, src, max_len, weights=weights) if beam_size == 1
+              else beam_search(model, src, beam_size, length_penalty, max_len, weights=weights))
         texts = tok.decode_batch([[t for t in y.tolist() if t > EOS] for y in ys])
         for j, t in zip(idx, texts): out[j] = t
     return out
