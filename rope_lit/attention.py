@@ -142,6 +142,8 @@ def _cache_memory(cache, memory):
     if cache is None or cache.memory is None: return None
     if cache.memory[0].shape[0] != memory.shape[0]:
         raise ValueError(f"cache holds memory for batch {cache.memory[0].shape[0]}, got memory of batch {memory.shape[0]}")
+    if cache.memory[0].shape[2] != memory.shape[1]:
+        raise ValueError(f"cache holds memory of length {cache.memory[0].shape[2]}, got memory of length {memory.shape[1]}: a new source needs a new cache")
     return cache.memory
 
 # %% ../nbs/03_attention.ipynb #4e779dbf

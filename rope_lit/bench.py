@@ -16,14 +16,12 @@ import torch
 from torch import Tensor
 from .frequencies import rope_frequencies
 from .kernels import select_backend
-from .rope import rotary_qk as rotary_qk_eager
+from .rope import rotary_qk as rotary_qk_eager, rotary_cos_sin
 
 # %% ../nbs/04a_benchmark.ipynb #6b98e279
 def _angles(seq, rotary_dim, device):
     "float32 cos, sin of shape (seq, rotary_dim/2), from float64 angles"
-    inv = rope_frequencies(rotary_dim, dtype=torch.float64, device=device)
-    a = torch.arange(seq, dtype=torch.float64, device=device)[:, None] * inv
-    return a.cos().float(), a.sin().float()
+    return rotary_cos_sin(torch.arange(seq, device=device), rope_frequencies(rotary_dim, dtype=torch.float64, device=device))
 
 # %% ../nbs/04a_benchmark.ipynb #4395b2c4
 class Method:
@@ -322,7 +320,7 @@ def sweep_tiles(shape, dtype=torch.bfloat16, interleaved=False, configs=None)->l
     cos, sin = _angles(S, D, 'cuda')
     configs = configs or [_tile_config(B, S, H, D)] + [(bs, bh, g, 4) for bs, bh in ((4, 8), (8, 2), (4, 4), (8, 4), (2, 16)) for g in (1, 4) if bs <= S]
     out = []
-    for bs, bh, g, nw in configs:
+    for bs, bh, g, nw in dict.fromkeys(configs):   # the default may also be in the list: time it once
         t = triton.testing.do_bench(lambda: triton_rotary(q, k, cos, sin, interleaved=interleaved, block_s=bs, block_h=bh, head_groups=g, num_warps=nw), warmup=10, rep=50)
         out.append(dict(shape='x'.join(map(str, shape)), pairing='interleaved' if interleaved else 'split', default=(bs, bh, g, nw) == _tile_config(B, S, H, D),
                         block_s=bs, block_h=bh, head_groups=g, num_warps=nw, us=t * 1e3))

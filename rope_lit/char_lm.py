@@ -6,7 +6,7 @@ Docs: https://rope-lit.github.io/rope_lit/char_lm.html.md"""
 
 # %% ../nbs/14_char_lm.ipynb #c536c877
 from __future__ import annotations
-import argparse, datetime, json, math, os, platform, random, sys, time
+import argparse, datetime, hashlib, json, math, os, platform, random, sys, time
 from pathlib import Path
 import torch
 import torch.nn.functional as F
@@ -247,16 +247,17 @@ SETTINGS = {
 # %% ../nbs/14_char_lm.ipynb #72ad04b3
 def _model_config(cfg, vocab_size, position):
     return dict(vocab_size=vocab_size, position=position, d_model=cfg['d_model'], n_layers=cfg['n_layers'],
-                n_heads=cfg['n_heads'], hexu_max_len=cfg['hexu_max_len'], embed_scale=True)
+                n_heads=cfg['n_heads'], embed_scale=True, **({'hexu_max_len': cfg['hexu_max_len']} if position == 'hexu' else {}))
 
 def _trained_model(cfg, position, seed, vocab_size, train_ids, checkpoint_dir, progress):
     "Train (or load from `checkpoint_dir` when an identical run was saved) one model; return it and its log"
     model_cfg = _model_config(cfg, vocab_size, position)
     train_cfg = dict(context=cfg['context'], steps=cfg['steps'], batch_size=cfg['batch_size'], lr=cfg['lr'], seed=seed)
+    data_key = hashlib.sha256(train_ids.cpu().numpy().tobytes()).hexdigest()   # a checkpoint is reused only for the same text
     path = None if checkpoint_dir is None else Path(checkpoint_dir)/f"{position}_seed{seed}.pt"
     if path is not None and path.exists():
         saved = torch.load(path, weights_only=False)
-        if saved['model_cfg'] == model_cfg and saved['train_cfg'] == train_cfg:
+        if saved['model_cfg'] == model_cfg and saved['train_cfg'] == train_cfg and saved.get('data') == data_key:
             model = CharLM(**model_cfg); model.load_state_dict(saved['state']); model.eval()
             return model, saved['log']
     torch.manual_seed(seed)
@@ -267,7 +268,7 @@ def _trained_model(cfg, position, seed, vocab_size, train_ids, checkpoint_dir, p
                parameters=sum(p.numel() for p in model.parameters()))
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(dict(model_cfg=model_cfg, train_cfg=train_cfg, state=model.state_dict(), log=log), path)
+        torch.save(dict(model_cfg=model_cfg, train_cfg=train_cfg, data=data_key, state=model.state_dict(), log=log), path)
     return model, log
 
 # %% ../nbs/14_char_lm.ipynb #cf0b9ed1

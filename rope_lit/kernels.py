@@ -13,7 +13,7 @@ import functools, os, shutil, warnings
 from typing import Optional
 import torch
 from torch import Tensor
-from .rope import rotary_qk as rotary_qk_eager, _complex_viewable
+from .rope import rotary_qk as rotary_qk_eager, _complex_viewable, _rotate_complex
 try:
     import triton
     import triton.language as tl
@@ -298,12 +298,6 @@ def _complex_ok(q, k, cos)->bool:
     return (2 * cos.shape[-1] == q.shape[-1] == k.shape[-1] and q.dtype == k.dtype and q.dtype in (torch.float32, torch.float64)
             and _complex_viewable(q) and _complex_viewable(k))
 
-def _complex_rotate(x, c, s):
-    "x (batch, heads, seq, head_dim) times e^{iθ}: c, s (seq, r/2) or (batch, seq, r/2)"
-    w = torch.complex(c.to(x.dtype), s.to(x.dtype))
-    if w.ndim == 3: w = w.unsqueeze(1)                     # (batch, 1, seq, r/2): broadcast over heads
-    return torch.view_as_real(torch.view_as_complex(x.unflatten(-1, (-1, 2))) * w).flatten(-2)
-
 # %% ../nbs/04_kernels.ipynb #b0305cc4
 def rotary_qk_compiled(
     q:Tensor,                        # (batch, heads_q, seq, head_dim)
@@ -323,7 +317,10 @@ def rotary_qk_compiled(
     if positions is not None: cos, sin = cos[positions], sin[positions]
     if cos.requires_grad or sin.requires_grad or torch.compiler.is_compiling():   # traced by an outer compiler: plain formula
         return rotary_qk_eager(q, k, cos, sin, interleaved=interleaved, inplace=inplace)
-    if interleaved and _complex_ok(q, k, cos): qo, ko = _complex_rotate(q, cos, sin), _complex_rotate(k, cos, sin)
+    if interleaved and _complex_ok(q, k, cos):
+        w = torch.complex(cos.to(q.dtype), sin.to(q.dtype))      # e^{iθ}, built once for q and k
+        if w.ndim == 3: w = w.unsqueeze(1)                      # (batch, 1, seq, r/2): broadcast over heads
+        qo, ko = _rotate_complex(q, w), _rotate_complex(k, w)
     elif torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
         qo, ko = _OnePassRotaryQK.apply(q, k, cos, sin, bool(interleaved))
     else: qo, ko = _onepass(q, k, cos, sin, bool(interleaved))

@@ -32,9 +32,8 @@ def _check_rotary_inputs(x, cos, sin, name='x'):
         raise ValueError(f"rotary_dim = 2*cos.shape[-1] = {rotary_dim} must be <= head_dim = {name}.shape[-1] = {head_dim}")
     if cos.shape[-2] != x.shape[-2]:
         raise ValueError(f"cos/sin hold {cos.shape[-2]} positions but {name} has seq length {x.shape[-2]} (dim -2)")
-    lead = tuple(x.shape[:-1])
-    try: ok = tuple(torch.broadcast_shapes(lead, tuple(cos.shape[:-1]))) == lead
-    except RuntimeError: ok = False
+    lead, c = tuple(x.shape[:-1]), tuple(cos.shape[:-1])   # cos must broadcast to x's leading dims without growing them
+    ok = len(c) <= len(lead) and all(a == 1 or a == b for a, b in zip(reversed(c), reversed(lead)))
     if not ok: raise ValueError(f"cos/sin of shape {tuple(cos.shape)} must broadcast to {name}'s {lead + (rotary_dim//2,)} without expanding it")
     return rotary_dim
 
@@ -42,6 +41,10 @@ def _check_rotary_inputs(x, cos, sin, name='x'):
 def _complex_viewable(x:Tensor)->bool:
     "Whether `view_as_complex` can pair adjacent features of `x` in place"
     return x.stride(-1) == 1 and x.storage_offset() % 2 == 0 and all(s % 2 == 0 for s in x.stride()[:-1])
+
+def _rotate_complex(x, w):
+    "Adjacent feature pairs of `x` (float32/64, `_complex_viewable`) times `w` = e^{iθ} (complex, broadcastable to (..., seq, head_dim/2)): one multiply"
+    return torch.view_as_real(torch.view_as_complex(x.unflatten(-1, (-1, 2))) * w).flatten(-2)
 
 def _rotate_real(x, cos, sin, interleaved, rotary_dim):
     "The rotation in real arithmetic: one multiply by (c, c, 1) and two fused multiply-adds"
@@ -67,8 +70,7 @@ def apply_rotary(
     xc = x if x.dtype in (torch.float32, torch.float64) else x.float()
     cos, sin = cos.to(xc.dtype), sin.to(xc.dtype)
     if interleaved and rotary_dim == x.shape[-1] and not torch.compiler.is_compiling() and _complex_viewable(xc):
-        pairs = torch.view_as_complex(xc.unflatten(-1, (rotary_dim//2, 2)))
-        out = torch.view_as_real(pairs * torch.complex(cos, sin)).flatten(-2)
+        out = _rotate_complex(xc, torch.complex(cos, sin))
     else: out = _rotate_real(xc, cos, sin, interleaved, rotary_dim)
     return out.to(x.dtype)
 
@@ -309,15 +311,17 @@ class RotaryEmbedding(nn.Module):
 
 # %% ../nbs/02_rope.ipynb #ee93b904
 @patch
-def _rows(self:RotaryEmbedding, offset:int, seq:int, device)->tuple[Tensor, Tensor]:
+def _rows(self:RotaryEmbedding, offset:int, seq:int)->tuple[Tensor, Tensor]:
     "Cached cos/sin rows for positions offset..offset+seq-1, growing the cache if it is too short"
     need = offset + seq
     if self._dynamic and need > len(self.cos_cached) and need > self.scaling_options['original_max_seq_len']:
         self._inv_freq64 = rope_frequencies(self.rotary_dim, self.base, scaling='dynamic_ntk', dtype=torch.float64,
                                             **{**self.scaling_options, 'seq_len': need})
         self._build(need)                     # exactly ℓ: its rows were computed with ℓ's frequencies
-    elif need > len(self.cos_cached) or self.cos_cached.device != device:
-        self._build(max(need, 2 ** math.ceil(math.log2(need))))
+    elif need > len(self.cos_cached):
+        grow = max(need, 2 ** math.ceil(math.log2(need)))
+        if self._dynamic: grow = min(grow, self.scaling_options['original_max_seq_len'])  # rows past L₀ need ℓ's θ
+        self._build(grow)
     return self.cos_cached[offset:need], self.sin_cached[offset:need]
 
 # %% ../nbs/02_rope.ipynb #181dc07a
@@ -373,7 +377,7 @@ def cos_sin(self:RotaryEmbedding,
     _check_offset(offset, batch)
     table_dtype = torch.float64 if dtype == torch.float64 else torch.float32
     if positions is None and not isinstance(offset, Tensor):
-        if table_dtype == torch.float32: return self._rows(offset, seq, device)
+        if table_dtype == torch.float32: return self._rows(offset, seq)
         return self._scaled(*rotary_cos_sin(torch.arange(offset, offset + seq, device=device), self.inv_freq.to(device), table_dtype))
     checks, compiling = [], torch.compiler.is_compiling()
     if positions is not None and not compiling: checks.append(((positions < 0).any(), "positions must be non-negative"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import torch
 from torch import Tensor
-from .frequencies import ROPE_SCALINGS, rope_frequencies, hexu_frequencies
+from .frequencies import ROPE_SCALINGS
 
 # %% auto #0
 __all__ = ['linear_frequencies', 'ntk_frequencies', 'dynamic_ntk_frequencies', 'yarn_attention_factor', 'yarn_frequencies',

@@ -14,8 +14,10 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 # GPU checks: FULL=1 runs the whole notebook (`run_tests.py --flags gpu`, CPU cells too); the default runs
 # only its `#| gpu` cells against the exported module, which fits a short lease.
 if [ "${FULL:-0}" = 1 ]; then
-  timeout ${TEST_TIMEOUT:-300} python3 tools/run_tests.py nbs/04_kernels.ipynb --flags gpu 2>&1 | tee "$OUT/tests.log"
+  timeout ${TEST_TIMEOUT:-300} python3 tools/run_tests.py nbs/04_kernels.ipynb --flags gpu 2>&1 | tee "$OUT/tests.log"; tests=${PIPESTATUS[0]}
 elif [ "${SKIP_TESTS:-0}" != 1 ]; then
-  timeout ${TEST_TIMEOUT:-300} python3 tools/run_gpu_cells.py nbs/04_kernels.ipynb rope_lit.kernels 2>&1 | tee "$OUT/tests.log"
+  timeout ${TEST_TIMEOUT:-300} python3 tools/run_gpu_cells.py nbs/04_kernels.ipynb rope_lit.kernels 2>&1 | tee "$OUT/tests.log"; tests=${PIPESTATUS[0]}
 fi
-timeout ${BENCH_TIMEOUT:-600} python3 -c "import sys; from rope_lit.bench import main; main(sys.argv[1:])" --device cuda --out "$OUT/bench" --no-progress ${SWEEP:+--sweep} "$@" 2>&1 | tee "$OUT/bench.log"
+timeout ${BENCH_TIMEOUT:-600} python3 -c "import sys; from rope_lit.bench import main; main(sys.argv[1:])" --device cuda --out "$OUT/bench" --no-progress ${SWEEP:+--sweep} "$@" 2>&1 | tee "$OUT/bench.log"; bench=${PIPESTATUS[0]}
+# a failing check or benchmark fails the call (the benchmark still runs after failed checks, to keep its numbers)
+[ "${tests:-0}" = 0 ] && [ "$bench" = 0 ] || { echo "gpu_bench: FAIL (checks exit ${tests:-0}, benchmark exit $bench)"; exit 1; }

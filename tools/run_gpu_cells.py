@@ -3,7 +3,8 @@
 
 Usage: python tools/run_gpu_cells.py nbs/04_kernels.ipynb rope_lit.kernels
 The namespace starts as the module's globals (private names included) plus fastcore.test, as if the
-notebook's export cells had run; each gpu cell then runs in order. Exits 1 on the first failure.
+notebook's export cells had run, plus every import-only cell of the notebook (the imports its cells rely on);
+each gpu cell then runs in order. Exits 1 on the first failure.
 The full notebook run (`python tools/run_tests.py NB --flags gpu`) checks the same cells and the CPU ones.
 """
 import importlib, json, sys, time, traceback
@@ -11,6 +12,11 @@ nb, modname = sys.argv[1], sys.argv[2]
 ns = dict(vars(importlib.import_module(modname)))
 exec('from fastcore.test import *', ns)
 cells = [c for c in json.load(open(nb))['cells'] if c['cell_type'] == 'code']
+def import_only(src):
+    lines = [l for l in src.splitlines() if l.strip() and not l.lstrip().startswith('#')]
+    return bool(lines) and all(l.startswith(('import ', 'from ')) for l in lines)
+for src in (''.join(c['source']) for c in cells):
+    if import_only(src): exec(compile(src, f'{nb}:imports', 'exec'), ns)
 gpu = [''.join(c['source']) for c in cells if ''.join(c['source']).lstrip().startswith('#| gpu')]
 for i, src in enumerate(gpu):
     t = time.time()

@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse, json, os, sys
 from pathlib import Path
 import torch
-from .data import read_parallel, multi30k_dir, MULTI30K_SPLITS
+from .data import multi30k_dir, MULTI30K_SPLITS
 from .model import POSITIONS
-from .train import (TranslationConfig, PRESETS, RUN_LENGTH_FIELDS, make_config, train, load_model,
+from .train import (TranslationConfig, PRESETS, make_config, train, load_model,
                                         evaluate, translate, load_splits)
 
 # %% auto #0

@@ -6,7 +6,7 @@ Docs: https://rope-lit.github.io/rope_lit/mt_data.html.md"""
 
 # %% ../../nbs/10_mt_data.ipynb #634e5f5b
 from __future__ import annotations
-import gzip, hashlib, math, os, random, tempfile, urllib.request
+import gzip, hashlib, os, random, tempfile, urllib.request
 from pathlib import Path
 import torch
 from torch import Tensor

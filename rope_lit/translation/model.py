@@ -6,7 +6,7 @@ Docs: https://rope-lit.github.io/rope_lit/mt_model.html.md"""
 
 # %% ../../nbs/11_mt_model.ipynb #a867a33d
 from __future__ import annotations
-import math, time
+import math
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 from fastcore.basics import patch
@@ -49,7 +49,7 @@ class EncoderLayer(nn.Module):
         self.ff = FeedForward(d_model, d_ff, dropout)
         self.norm1, self.norm2, self.drop = nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.Dropout(dropout)
         self.weights = None   # attention weights of the last call when `keep_weights` is set
-    def forward(self, x:Tensor, mask:Tensor, positions:Tensor, keep_weights:bool=False)->Tensor:
+    def forward(self, x:Tensor, mask:Tensor, positions:Tensor|None, keep_weights:bool=False)->Tensor:
         a = self.self_attn(self.norm1(x), attn_mask=mask, positions=positions, need_weights=keep_weights)
         if keep_weights: a, self.weights = a
         x = x + self.drop(a)
@@ -67,7 +67,7 @@ class DecoderLayer(nn.Module):
         self.norm1, self.norm2, self.norm3 = nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.LayerNorm(d_model)
         self.drop = nn.Dropout(dropout)
         self.weights = None   # (self, cross) attention weights of the last call when `keep_weights` is set
-    def forward(self, x:Tensor, memory:Tensor, memory_mask:Tensor, positions:Tensor, memory_positions:Tensor,
+    def forward(self, x:Tensor, memory:Tensor, memory_mask:Tensor, positions:Tensor|None, memory_positions:Tensor|None,
                 cache:tuple|None=None, keep_weights:bool=False)->Tensor:
         sc, cc = cache if cache is not None else (None, None)
         a = self.self_attn(self.norm1(x), is_causal=True, positions=positions, cache=sc, need_weights=keep_weights)
@@ -107,27 +107,30 @@ class Seq2SeqTransformer(nn.Module):
         nn.init.normal_(self.embed.weight, std=d_model ** -0.5)
         with torch.no_grad(): self.embed.weight[PAD].zero_()
 
-    def _embed(self, ids:Tensor, positions:Tensor)->Tensor:
+    def _embed(self, ids:Tensor, positions:Tensor|None)->Tensor:   # positions None: 0, 1, ...
         x = self.embed(ids) * math.sqrt(self.d_model)
-        if self.pe is not None: x = x + self.pe[positions]
+        if self.pe is not None: x = x + (self.pe[:ids.shape[1]] if positions is None else self.pe[positions])
         return self.drop(x)
 
     def encode(self, src:Tensor, keep_weights:bool=False)->tuple[Tensor,Tensor]:
         "Encode `src` (batch, src_len): returns memory (batch, src_len, d_model) and key mask (batch, 1, 1, src_len)"
         if src.shape[1] > self.max_len: raise ValueError(f"src has {src.shape[1]} tokens, more than max_len={self.max_len}")
         mask = (src != PAD)[:, None, None, :]
-        pos = torch.arange(src.shape[1], device=src.device).expand(src.shape[0], -1)
-        x = self._embed(src, pos)
-        for layer in self.encoder: x = layer(x, mask, pos, keep_weights)
+        x = self._embed(src, None)                   # positions 0, 1, ...: the attention's defaults (cached RoPE rows)
+        for layer in self.encoder: x = layer(x, mask, None, keep_weights)
         return self.enc_norm(x), mask
 
     def decode(self, tgt:Tensor, memory:Tensor, memory_mask:Tensor, cache:list|None=None, start:Tensor|int=0,
                keep_weights:bool=False)->Tensor:
         "Logits (batch, tgt_len, vocab) for target ids `tgt` starting at position `start` (an int or (batch, 1))"
         b, t = tgt.shape
-        pos = (torch.as_tensor(start, device=tgt.device).view(-1, 1) + torch.arange(t, device=tgt.device)).expand(b, t)
-        if int(pos.max()) >= self.max_len: raise ValueError(f"target position {int(pos.max())} exceeds max_len={self.max_len}")
-        mpos = torch.arange(memory.shape[1], device=tgt.device).expand(b, -1)
+        if isinstance(start, int):                   # checked on the host: no device sync
+            if start + t > self.max_len: raise ValueError(f"target position {start + t - 1} exceeds max_len={self.max_len}")
+        elif int(start.max()) + t > self.max_len: raise ValueError(f"target position {int(start.max()) + t - 1} exceeds max_len={self.max_len}")
+        if cache is None and isinstance(start, int) and start == 0: pos = mpos = None   # teacher forcing: default positions
+        else:
+            pos = (torch.as_tensor(start, device=tgt.device).view(-1, 1) + torch.arange(t, device=tgt.device)).expand(b, t)
+            mpos = torch.arange(memory.shape[1], device=tgt.device).expand(b, -1)
         x = self._embed(tgt, pos)
         for i, layer in enumerate(self.decoder):
             x = layer(x, memory, memory_mask, pos, mpos, None if cache is None else cache[i], keep_weights)

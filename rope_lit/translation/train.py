@@ -6,8 +6,8 @@ Docs: https://rope-lit.github.io/rope_lit/mt_train.html.md"""
 
 # %% ../../nbs/12_mt_train.ipynb #1e4ddece
 from __future__ import annotations
-import dataclasses, json, math, os, platform, random, sys, tempfile, time
-from dataclasses import dataclass, asdict, field
+import contextlib, dataclasses, json, os, platform, random, sys, tempfile, time
+from dataclasses import dataclass, asdict
 from pathlib import Path
 import torch, torch.nn.functional as F
 import torch.distributed as dist
@@ -61,7 +61,7 @@ class TranslationConfig:
 
 PRESETS = {
     'tiny': dict(lr_factor=1.0, warmup=30),
-    'cpu': dict(data='multi30k', N=3, d_model=256, d_ff=512, h=4, dropout=0.1, vocab_size=6000, max_tokens=3000,
+    'cpu': dict(data='multi30k', N=3, d_model=256, d_ff=512, h=4, dropout=0.1, vocab_size=6000, max_tokens=3000, time_budget=3300,
                 epochs=10, warmup=400, lr_factor=1.0, eval_batch=200, log_every=50),
     'base': dict(data='multi30k', N=6, d_model=512, d_ff=2048, h=8, dropout=0.1, vocab_size=8000, max_tokens=12000,
                  epochs=30, warmup=600, lr_factor=1.0, eval_batch=500, log_every=20),
@@ -102,14 +102,15 @@ def make_optimizer(model, cfg:TranslationConfig):
 # %% ../../nbs/12_mt_train.ipynb #d82c033f
 def load_splits(cfg:TranslationConfig)->dict[str,list[tuple[str,str]]]:
     "The (source, target) pairs of train, val and test_2016_flickr for `cfg.data`"
-    if cfg.data == 'synthetic':
-        d = synthetic_corpus(tempfile.mkdtemp(prefix='rope_lit_syn_'), n_train=1000, n_val=100, n_test=100, seed=12345)
-    elif cfg.data == 'multi30k':
-        d = multi30k_dir()
+    if cfg.data == 'synthetic':   # written in the Multi30k layout and read back like real data, then deleted
+        with tempfile.TemporaryDirectory(prefix='rope_lit_syn_') as tmp:
+            d = synthetic_corpus(tmp, n_train=1000, n_val=100, n_test=100, seed=12345)
+            out = {s: read_parallel(d, s) for s in MULTI30K_SPLITS}
+    else:
+        d = multi30k_dir() if cfg.data == 'multi30k' else multi30k_dir(cfg.data)
         if d is None: raise FileNotFoundError("data='multi30k' but no Multi30k folder was found: pass a folder, set "
                                               "$ROPE_LIT_MULTI30K, or download it with download_multi30k")
-    else: d = multi30k_dir(cfg.data)
-    out = {s: read_parallel(d, s) for s in MULTI30K_SPLITS}
+        out = {s: read_parallel(d, s) for s in MULTI30K_SPLITS}
     if cfg.n_train is not None: out['train'] = out['train'][:cfg.n_train]
     if cfg.n_eval is not None: out = {s: (p if s == 'train' else p[:cfg.n_eval]) for s, p in out.items()}
     return out
@@ -331,12 +332,11 @@ def train(
             group = batches[st['batch']:st['batch'] + cfg.accum_steps]
             data = [collate([train_ex[i] for i in b]) for b in group]
             n_tgt = sum(int((t[:, 1:] != PAD).sum()) for _, t in data)
-            step_tok = 0
+            step_tok = n_tgt + sum(int((s != PAD).sum()) for s, _ in data)   # source + target tokens of this step
             for j, (src, tgt) in enumerate(data):
-                step_tok += int((src != PAD).sum()) + int((tgt[:, 1:] != PAD).sum())
                 src, tgt = src.to(device, non_blocking=True), tgt.to(device, non_blocking=True)
                 sync = j == len(data) - 1 or world == 1
-                ctx = net.no_sync() if not sync else torch.enable_grad()
+                ctx = net.no_sync() if not sync else contextlib.nullcontext()
                 with ctx:
                     with torch.autocast(**amp): logits = fwd(src, tgt[:, :-1])
                     loss = smoothed_loss(logits, tgt[:, 1:], cfg.label_smoothing)
