@@ -13,7 +13,6 @@ __all__ = ['FLOOR', 'OURS', 'DEFAULT_SHAPES', 'DEFAULT_DTYPE', 'Method', 'all_me
 import argparse, csv, datetime, json, math, os, platform, statistics, sys, time
 from pathlib import Path
 import torch
-from torch import Tensor
 from .frequencies import rope_frequencies
 from .kernels import select_backend
 from .rope import rotary_qk as rotary_qk_eager, rotary_cos_sin
@@ -159,10 +158,6 @@ def _time_cuda(run, rep_ms:int, calls:int=200)->tuple:
     return (q50 / 1e3, q20 / 1e3, q80 / 1e3), (time.perf_counter() - t0) / calls
 
 # %% ../nbs/04a_benchmark.ipynb #cefa9530
-def _quantile(xs, q):
-    xs = sorted(xs); i = (len(xs) - 1) * q; lo = int(i)
-    return xs[lo] + (xs[min(lo + 1, len(xs) - 1)] - xs[lo]) * (i - lo)
-
 def available(method:Method, device:str)->str:
     "'' if `method` can run on `device` here, else why not"
     if device not in method.devices: return f"{device} not supported"
@@ -224,7 +219,7 @@ def run_benchmark(
                 stats[n] = (q50, q20, q80, wall)
         else:
             times = _time_cpu(runs, n_sets, repeats, warmup)
-            stats = {n: (statistics.median(t), _quantile(t, 0.2), _quantile(t, 0.8), None) for n, t in times.items()}
+            stats = {n: (statistics.median(t), *statistics.quantiles(t, n=5, method='inclusive')[::3], None) for n, t in times.items()}  # median, p20, p80
         moved = 2 * 2 * B * H * S * D * torch.finfo(dtype).bits // 8        # q and k, read once and written once
         floor, ours = stats[FLOOR][0], stats.get(OURS, (float('nan'),))[0]
         for n, (q50, q20, q80, wall) in stats.items():

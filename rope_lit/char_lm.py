@@ -13,6 +13,8 @@ import torch.nn.functional as F
 from torch import nn, Tensor
 import rope_lit
 from .attention import RotaryMultiHeadAttention
+from .rope import RotaryEmbedding
+from .scaling import yarn_attention_factor
 from .frequencies import rope_frequencies
 
 # %% auto #0
@@ -126,10 +128,15 @@ class CharLM(nn.Module):
         self.head = nn.Linear(d_model, vocab_size, bias=False)
         self.head.weight = self.embed.weight  # tied
         nn.init.normal_(self.embed.weight, std=0.02)
+        self._pe = None   # cached sinusoid table (not a parameter or buffer)
 
     def forward(self, ids:Tensor)->Tensor:  # ids (batch, seq) -> logits (batch, seq, vocab)
         x = self.embed(ids) * self.embed_scale
-        if self.position == 'sinusoidal': x = x + sinusoidal_positions(ids.shape[1], self.d_model, self.base).to(x.device)
+        if self.position == 'sinusoidal':
+            seq = ids.shape[1]
+            if self._pe is None or len(self._pe) < seq or self._pe.device != x.device:   # built once per length, not per step
+                self._pe = sinusoidal_positions(seq, self.d_model, self.base).to(x.device)
+            x = x + self._pe[:seq]
         for block in self.blocks: x = block(x)
         return self.head(self.ln_f(x))
 
@@ -141,7 +148,6 @@ def set_rotary_frequencies(
     attention_factor:float=1.0,  # multiplies the cos/sin tables (YaRN's √(1/t)); scores scale by its square
 )->int:                          # the number of rotary modules changed
     "Make every rotary module of `model` rotate with `inv_freq` (and scale its tables by `attention_factor`)"
-    from rope_lit.rope import RotaryEmbedding
     n = 0
     for module in model.modules():
         if isinstance(module, RotaryEmbedding):
@@ -174,7 +180,6 @@ def variant_frequencies(
     s = max(1.0, target_len / train_len)
     if scaling is None: return rope_frequencies(rotary_dim, base, dtype=torch.float64), 1.0
     inv_freq = rope_frequencies(rotary_dim, base, scaling=scaling, dtype=torch.float64, **options(s, train_len, eval_len))
-    from rope_lit.scaling import yarn_attention_factor
     return inv_freq, (yarn_attention_factor(s) if name == 'yarn' else 1.0)
 
 # %% ../nbs/14_char_lm.ipynb #3666829d

@@ -11,7 +11,7 @@ import sympy as sp
 
 # %% auto #0
 __all__ = ['rotation_2d', 'rotary_thetas', 'rotary_matrix', 'rotary_matrix_numeric', 'half_to_interleaved_permutation',
-           'interleaved_to_half_permutation', 'permutation_matrix', 'rotary_cos_sin', 'rotate_pairs',
+           'interleaved_to_half_permutation', 'permutation_matrix', 'symbolic_cos_sin', 'rotate_pairs',
            'rotary_elementwise']
 
 # %% ../nbs/00_derivation.ipynb #17c60a68
@@ -102,7 +102,7 @@ def permutation_matrix(
     return sp.Matrix(len(perm), len(perm), lambda j, k: int(k == perm[j]))
 
 # %% ../nbs/00_derivation.ipynb #befc3a84
-def rotary_cos_sin(
+def symbolic_cos_sin(
     d:int,            # the rotary dimension: a positive even integer
     position,         # the token position m
     base=10000,       # RoFormer's base
@@ -132,5 +132,5 @@ def rotary_elementwise(
     interleaved=True, # the pairing, as in `rotary_matrix`
 )->sp.Matrix:         # (d, 1) R^d_{Θ,m} v computed with 2d multiplications instead of d²
     "RoPE as practice computes it: `v` ⊙ cos + `rotate_pairs(v)` ⊙ sin"
-    cos, sin = rotary_cos_sin(len(v), position, base, interleaved)
+    cos, sin = symbolic_cos_sin(len(v), position, base, interleaved)
     return v.multiply_elementwise(cos) + rotate_pairs(v, interleaved).multiply_elementwise(sin)

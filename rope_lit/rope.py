@@ -403,8 +403,9 @@ _FROM_BHSD = {2: (0, 1, 2, 3), 1: (0, 2, 1, 3), 0: (2, 0, 1, 3)}
 def _as_bhsd(self:RotaryEmbedding, x, name):
     if not isinstance(x, Tensor): raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point(): raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-    layout = {2: '(batch, heads, seq, head_dim)', 1: '(batch, seq, heads, head_dim)', 0: '(seq, batch, heads, head_dim)'}[self.seq_dim]
-    if x.ndim != 4: raise ValueError(f"{name} must be 4-D {layout} for seq_dim={self.seq_dim}, got shape {tuple(x.shape)}")
+    if x.ndim != 4:
+        layout = {2: '(batch, heads, seq, head_dim)', 1: '(batch, seq, heads, head_dim)', 0: '(seq, batch, heads, head_dim)'}[self.seq_dim]
+        raise ValueError(f"{name} must be 4-D {layout} for seq_dim={self.seq_dim}, got shape {tuple(x.shape)}")
     if x.shape[-1] != self.dim: raise ValueError(f"{name}.shape[-1] = {x.shape[-1]} must equal head_dim dim={self.dim}")
     return x.permute(*_TO_BHSD[self.seq_dim])
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip, hashlib, os, random, tempfile, urllib.request
 from pathlib import Path
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from torch import Tensor
 from tokenizers import Tokenizer, models, trainers, pre_tokenizers, decoders, normalizers
 
@@ -236,8 +237,5 @@ def collate(
     pad:int=PAD,                               # padding id
 )->tuple[Tensor,Tensor]:                       # src (batch, src_len), tgt (batch, tgt_len), int64
     "Pad source and target id lists into two (batch, length) tensors"
-    def pad_to(seqs):
-        out = torch.full((len(seqs), max(map(len, seqs))), pad, dtype=torch.long)
-        for i, s in enumerate(seqs): out[i, :len(s)] = torch.tensor(s)
-        return out
+    pad_to = lambda seqs: pad_sequence([torch.tensor(s, dtype=torch.long) for s in seqs], batch_first=True, padding_value=pad)
     return pad_to([s for s, _ in examples]), pad_to([t for _, t in examples])
