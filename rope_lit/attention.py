@@ -18,12 +18,12 @@ __all__ = ['KVCache', 'padding_mask', 'causal_mask', 'RotaryMultiHeadAttention',
 
 # %% ../nbs/03_attention.ipynb #019af40d
 class KVCache:
-    "Rotated keys and values of past tokens for one attention layer (self-attention), or its projected memory (cross-attention)"
+    "Rotated keys and values of past tokens for one attention layer, or its projected memory"
     def __init__(self):
         self._k = self._v = None   # (batch, kv_heads, capacity, head_dim) storage
         self.length = 0            # valid positions in the storage
         self.position = 0          # query tokens seen: the default position of the next token
-        self.memory = None         # cross-attention: (k, v) of the memory, (batch, kv_heads, src_len, head_dim)
+        self.memory = None         # cross-attention: the memory's (k, v), (batch, kv_heads, src, d)
 
     @property
     def keys(self)->Tensor|None: return None if self._k is None else self._k[:, :, :self.length]
@@ -32,12 +32,15 @@ class KVCache:
 
     def append(self, k:Tensor, v:Tensor)->tuple[Tensor, Tensor]:
         "Store new keys/values (batch, kv_heads, new, head_dim); return all keys and values so far"
-        if self._k is not None and (k.shape[:2] != self._k.shape[:2] or k.shape[-1] != self._k.shape[-1]):
-            raise ValueError(f"cache holds (batch, kv_heads, ., head_dim) = {tuple(self._k.shape)}, cannot append keys {tuple(k.shape)}")
+        if self._k is not None and (k.shape[:2] != self._k.shape[:2]
+                                    or k.shape[-1] != self._k.shape[-1]):
+            raise ValueError(f"cache holds (batch, kv_heads, ., head_dim) = {tuple(self._k.shape)},"
+                             f" cannot append keys {tuple(k.shape)}")
         need = self.length + k.shape[2]
-        if self._k is None or need > self._k.shape[2]:
+        if self._k is None or need > self._k.shape[2]:          # grow: double the capacity
             capacity = max(need, 2 * (0 if self._k is None else self._k.shape[2]), 16)
-            new_k, new_v = k.new_empty(k.shape[:2] + (capacity, k.shape[3])), v.new_empty(v.shape[:2] + (capacity, v.shape[3]))
+            new_k = k.new_empty(k.shape[:2] + (capacity, k.shape[3]))
+            new_v = v.new_empty(v.shape[:2] + (capacity, v.shape[3]))
             if self.length:
                 new_k[:, :, :self.length] = self.keys; new_v[:, :, :self.length] = self.values
             self._k, self._v = new_k, new_v
@@ -47,16 +50,19 @@ class KVCache:
         return self.keys, self.values
 
     def reorder(self, indices:Tensor)->KVCache:
-        "Keep batch rows `indices` (beam search): row i of the result is row indices[i] of the cache; in place"
+        "Keep batch rows `indices` (beam search): row i of the result is row indices[i]; in place"
         if not isinstance(indices, Tensor) or indices.ndim != 1 or indices.is_floating_point():
             raise TypeError("indices must be a 1-D integer tensor of batch rows")
         if self._k is not None:
-            self._k, self._v = self._k.index_select(0, indices.to(self._k.device)), self._v.index_select(0, indices.to(self._v.device))
+            self._k = self._k.index_select(0, indices.to(self._k.device))
+            self._v = self._v.index_select(0, indices.to(self._v.device))
         if self.memory is not None:
             self.memory = tuple(t.index_select(0, indices.to(t.device)) for t in self.memory)
         return self
 
-    def __repr__(self): return f"KVCache(length={self.length}, position={self.position}, memory={self.memory is not None})"
+    def __repr__(self):
+        return (f"KVCache(length={self.length}, position={self.position}, "
+                f"memory={self.memory is not None})")
 
 # %% ../nbs/03_attention.ipynb #f176702a
 def padding_mask(
@@ -68,17 +74,31 @@ def padding_mask(
     return keep[:, None, None, :]
 
 def causal_mask(q_len:int, kv_len:int, device=None)->Tensor:
-    "(q_len, kv_len) boolean mask, True where key j <= kv_len - q_len + i (causal, aligned to the last query)"
+    "(q_len, kv_len) boolean mask, True where key j <= kv_len - q_len + i (causal, bottom-right)"
     return torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril(diagonal=kv_len - q_len)
+
+# %% ../nbs/03_attention.ipynb #158183ed
+def _check_attention_args(d_model, n_heads, n_kv_heads, dropout, rope)->int:
+    "Raise `ValueError`, naming the argument, unless the arguments fit together; return `n_kv_heads` resolved"
+    for name, v in (('d_model', d_model), ('n_heads', n_heads)):
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0: raise ValueError(f"{name} must be a positive int, got {v!r}")
+    if d_model % n_heads: raise ValueError(f"d_model = {d_model} must be divisible by n_heads = {n_heads}")
+    n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+    if isinstance(n_kv_heads, bool) or not isinstance(n_kv_heads, int) or n_kv_heads <= 0 or n_heads % n_kv_heads:
+        raise ValueError(f"n_kv_heads must be a positive int dividing n_heads = {n_heads}, got {n_kv_heads!r}")
+    if not 0.0 <= dropout < 1.0: raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+    head_dim = d_model // n_heads
+    if rope and head_dim % 2: raise ValueError(f"head_dim = d_model // n_heads = {head_dim} must be even for rope=True (features rotate in pairs)")
+    return n_kv_heads
 
 # %% ../nbs/03_attention.ipynb #0060c4af
 class RotaryMultiHeadAttention(nn.Module):
-    "Multi-head (self- or cross-) attention with rotary position embeddings, through `scaled_dot_product_attention`"
+    "Multi-head (self- or cross-) attention with rotary position embeddings, through SDPA"
     def __init__(self,
         d_model:int,              # model width; head_dim = d_model // n_heads
         n_heads:int,              # query heads
         *,
-        n_kv_heads:int|None=None, # key/value heads (GQA; 1 = MQA); must divide n_heads; default n_heads
+        n_kv_heads:int|None=None, # key/value heads (GQA; 1 = MQA), divides n_heads; default n_heads
         dropout:float=0.0,        # dropout on the attention weights (training only)
         bias:bool=True,           # biases in the four projections
         rope:bool=True,           # rotate queries and keys; False = plain attention
@@ -86,44 +106,43 @@ class RotaryMultiHeadAttention(nn.Module):
         base:float=10000.0,       # RoPE base
         interleaved:bool=False,   # pairing: (2i, 2i+1) instead of (i, i + rotary_dim/2)
         scaling:str|None=None,    # frequency variant (`rope_frequencies`)
-        scaling_options:dict|None=None, # its keyword options, e.g. dict(factor=8, original_max_seq_len=4096)
+        scaling_options:dict|None=None, # e.g. dict(factor=8, original_max_seq_len=4096)
         max_seq_len:int|None=None, # positions to cache up front
         backend:str='auto',       # RotaryEmbedding backend
     ):
         super().__init__()
-        for name, v in (('d_model', d_model), ('n_heads', n_heads)):
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0: raise ValueError(f"{name} must be a positive int, got {v!r}")
-        if d_model % n_heads: raise ValueError(f"d_model = {d_model} must be divisible by n_heads = {n_heads}")
-        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        if isinstance(n_kv_heads, bool) or not isinstance(n_kv_heads, int) or n_kv_heads <= 0 or n_heads % n_kv_heads:
-            raise ValueError(f"n_kv_heads must be a positive int dividing n_heads = {n_heads}, got {n_kv_heads!r}")
-        if not 0.0 <= dropout < 1.0: raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
-        self.d_model, self.n_heads, self.n_kv_heads, self.dropout = d_model, n_heads, n_kv_heads, float(dropout)
+        n_kv_heads = _check_attention_args(d_model, n_heads, n_kv_heads, dropout, rope)
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        self.dropout = float(dropout)
         self.head_dim = d_model // n_heads
-        if rope and self.head_dim % 2: raise ValueError(f"head_dim = d_model // n_heads = {self.head_dim} must be even for rope=True (features rotate in pairs)")
-        self.q_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=bias)
-        self.out_proj = nn.Linear(n_heads * self.head_dim, d_model, bias=bias)
-        self.rotary = RotaryEmbedding(self.head_dim, base, interleaved, rotary_dim, max_seq_len, scaling,
-                                      scaling_options=scaling_options, backend=backend) if rope else None
+        self.q_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=bias)       # W_q
+        self.k_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=bias)    # W_k
+        self.v_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=bias)    # W_v
+        self.out_proj = nn.Linear(n_heads * self.head_dim, d_model, bias=bias)     # W_o
+        self.rotary = RotaryEmbedding(self.head_dim, base, interleaved, rotary_dim, max_seq_len,
+                                      scaling, scaling_options=scaling_options,
+                                      backend=backend) if rope else None
 
-    def _split_heads(self, y:Tensor, heads:int)->Tensor:  # (batch, seq, heads*head_dim) -> (batch, heads, seq, head_dim), a view
+    def _split_heads(self, y:Tensor, heads:int)->Tensor:
+        "(batch, seq, heads*head_dim) -> (batch, heads, seq, head_dim), a view"
         return y.unflatten(-1, (heads, self.head_dim)).transpose(1, 2)
 
 # %% ../nbs/03_attention.ipynb #b628988f
 def _attend(q, k, v, mask, is_causal, dropout_p, need_weights):
-    "softmax(q kᵀ/√d + mask) v with GQA; mask: None, bool (True = attend) or float (added); is_causal only when q_len == kv_len"
+    "softmax(q kᵀ/√d + mask) v with GQA; mask: None, bool (True = attend) or float (added)"
     gqa = q.shape[1] != k.shape[1]
     if not need_weights:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, enable_gqa=gqa), None
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                              is_causal=is_causal, enable_gqa=gqa), None
     if gqa:
         group = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     work = torch.promote_types(q.dtype, torch.float32)  # bf16/fp16 -> float32; float64 stays
     scores = (q.to(work) @ k.to(work).transpose(-1, -2)) / math.sqrt(q.shape[-1])
-    if is_causal: mask = causal_mask(q.shape[-2], k.shape[-2], q.device)
-    if mask is not None: scores = scores.masked_fill(~mask, float('-inf')) if mask.dtype == torch.bool else scores + mask
+    if is_causal: mask = causal_mask(q.shape[-2], k.shape[-2], q.device)   # q_len == kv_len here
+    if mask is not None:
+        if mask.dtype == torch.bool: scores = scores.masked_fill(~mask, float('-inf'))
+        else: scores = scores + mask
     weights = scores.softmax(dim=-1)
     out = (F.dropout(weights, dropout_p) if dropout_p else weights) @ v.to(work)
     return out.to(q.dtype), weights.to(q.dtype)
@@ -146,39 +165,49 @@ def _cache_memory(cache, memory):
         raise ValueError(f"cache holds memory of length {cache.memory[0].shape[2]}, got memory of length {memory.shape[1]}: a new source needs a new cache")
     return cache.memory
 
-# %% ../nbs/03_attention.ipynb #4e779dbf
 @patch
-def forward(self:RotaryMultiHeadAttention,
-    x:Tensor,                          # (batch, q_len, d_model) queries' input
-    memory:Tensor|None=None,           # (batch, src_len, d_model): cross-attention keys/values input; None = self-attention
-    *,
-    attn_mask:Tensor|None=None,        # bool (True = attend) or float, broadcastable to (batch, heads, q_len, kv_len)
-    is_causal:bool=False,              # causal self-attention (bottom-right aligned with a cache)
-    positions:Tensor|None=None,        # (q_len,) or (batch, q_len) query positions; default cache.position + 0, 1, ...
-    memory_positions:Tensor|None=None, # (src_len,) or (batch, src_len) memory key positions; default 0, 1, ...
-    cache:KVCache|None=None,           # incremental decoding state, updated in place
-    need_weights:bool=False,           # also return the attention weights (explicit softmax path)
-):                                     # (batch, q_len, d_model), and (batch, heads, q_len, kv_len) weights if need_weights
-    "Self-attention (`memory=None`) or cross-attention of `x` to `memory`, with rotary positions"
+def _check_inputs(self:RotaryMultiHeadAttention, x, memory, is_causal, memory_positions, cache):
+    "Raise, naming the argument, unless `forward`'s inputs fit the module and each other"
     if not isinstance(x, Tensor) or x.ndim != 3 or x.shape[-1] != self.d_model:
         raise ValueError(f"x must be a (batch, q_len, d_model={self.d_model}) tensor, got {tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
     if cache is not None and not isinstance(cache, KVCache): raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
-    batch, q_len, _ = x.shape
-    offset = 0 if cache is None or positions is not None else cache.position
-    q = self._split_heads(self.q_proj(x), self.n_heads)
+    batch = x.shape[0]
     if memory is None:
         if cache is not None and cache.memory is not None: raise ValueError("this cache holds cross-attention memory: pass memory=")
         if memory_positions is not None: raise ValueError("memory_positions is for cross-attention: pass memory= too")
-        k, v = self._split_heads(self.k_proj(x), self.n_kv_heads), self._split_heads(self.v_proj(x), self.n_kv_heads)
-        if self.rotary is not None: q, k = self.rotary(q, k, positions=positions, offset=offset)
-        if cache is not None: k, v = cache.append(k, v)
     else:
         if not isinstance(memory, Tensor) or memory.ndim != 3 or memory.shape[0] != batch or memory.shape[-1] != self.d_model:
             raise ValueError(f"memory must be a (batch={batch}, src_len, d_model={self.d_model}) tensor, got {tuple(memory.shape) if isinstance(memory, Tensor) else type(memory).__name__}")
         if is_causal: raise ValueError("is_causal is for self-attention; cross-attention takes attn_mask (e.g. source padding)")
+
+# %% ../nbs/03_attention.ipynb #4e779dbf
+@patch
+def forward(self:RotaryMultiHeadAttention,
+    x:Tensor,                   # (batch, q_len, d_model) queries' input
+    memory:Tensor|None=None,    # (batch, src_len, d_model) for cross-attention; None: self
+    *,
+    attn_mask:Tensor|None=None, # bool (True = attend) or float; to (batch, heads, q_len, kv_len)
+    is_causal:bool=False,       # causal self-attention (bottom-right aligned with a cache)
+    positions:Tensor|None=None, # (q_len,) or (batch, q_len); default cache.position + 0, 1...
+    memory_positions:Tensor|None=None, # (src_len,) or (batch, src_len); default 0, 1...
+    cache:KVCache|None=None,    # incremental decoding state, updated in place
+    need_weights:bool=False,    # also return the attention weights (explicit softmax path)
+):                              # (batch, q_len, d_model), and (batch, heads, q_len, kv_len) weights
+    "Self-attention (`memory=None`) or cross-attention of `x` to `memory`, with rotary positions"
+    self._check_inputs(x, memory, is_causal, memory_positions, cache)
+    batch, q_len, _ = x.shape
+    offset = 0 if cache is None or positions is not None else cache.position
+    q = self._split_heads(self.q_proj(x), self.n_heads)
+    if memory is None:                           # self-attention: q and k at the same positions
+        k = self._split_heads(self.k_proj(x), self.n_kv_heads)
+        v = self._split_heads(self.v_proj(x), self.n_kv_heads)
+        if self.rotary is not None: q, k = self.rotary(q, k, positions=positions, offset=offset)
+        if cache is not None: k, v = cache.append(k, v)  # keys stored rotated, once
+    else:                                        # cross-attention: memory keys at their positions
         kv = _cache_memory(cache, memory)
         if kv is None:
-            k, v = self._split_heads(self.k_proj(memory), self.n_kv_heads), self._split_heads(self.v_proj(memory), self.n_kv_heads)
+            k = self._split_heads(self.k_proj(memory), self.n_kv_heads)
+            v = self._split_heads(self.v_proj(memory), self.n_kv_heads)
             if self.rotary is not None: k = self.rotary.rotate(k, positions=memory_positions)
             if cache is not None: cache.memory = (k, v)
         else: k, v = kv
@@ -188,16 +217,19 @@ def forward(self:RotaryMultiHeadAttention,
     _check_mask(attn_mask, (batch, self.n_heads, q_len, kv_len))
     if attn_mask is not None and attn_mask.dtype != torch.bool: attn_mask = attn_mask.to(q.dtype)
     sdpa_causal = is_causal and attn_mask is None and q_len == kv_len
-    if is_causal and not sdpa_causal and q_len > 1:
+    if is_causal and not sdpa_causal and q_len > 1:      # causal triangle aligned to the last query
         causal = causal_mask(q_len, kv_len, x.device)
-        attn_mask = causal if attn_mask is None else (attn_mask & causal if attn_mask.dtype == torch.bool else attn_mask.masked_fill(~causal, float('-inf')))
-    out, weights = _attend(q, k, v, attn_mask, sdpa_causal, self.dropout if self.training else 0.0, need_weights)
+        if attn_mask is None: attn_mask = causal
+        elif attn_mask.dtype == torch.bool: attn_mask = attn_mask & causal
+        else: attn_mask = attn_mask.masked_fill(~causal, float('-inf'))
+    dropout_p = self.dropout if self.training else 0.0
+    out, weights = _attend(q, k, v, attn_mask, sdpa_causal, dropout_p, need_weights)
     out = self.out_proj(out.transpose(1, 2).flatten(2))
     return (out, weights) if need_weights else out
 
 # %% ../nbs/03_attention.ipynb #b79060ee
 def _head_permutation(head_dim:int, rotary_dim:int, to_interleaved:bool)->Tensor:
-    "Per-head feature order: notebook 00's permutation on the first `rotary_dim` features, identity after"
+    "Per-head feature order: the derivation's permutation on the first `rotary_dim` features, identity after"
     from rope_lit.derivation import half_to_interleaved_permutation, interleaved_to_half_permutation
     perm = (half_to_interleaved_permutation if to_interleaved else interleaved_to_half_permutation)(rotary_dim)
     return torch.cat([torch.as_tensor(perm, dtype=torch.long), torch.arange(rotary_dim, head_dim)])
@@ -206,18 +238,28 @@ def _permute_rows(t:Tensor, head_dim:int, perm:Tensor)->Tensor:
     if t.shape[0] % head_dim: raise ValueError(f"first dimension {t.shape[0]} is not a multiple of head_dim = {head_dim}")
     return t.unflatten(0, (-1, head_dim))[:, perm.to(t.device)].flatten(0, 1)
 
+def _check_pairing_dims(obj, head_dim, rotary_dim):
+    "`head_dim` and `rotary_dim` (default head_dim) for converting `obj`, checked"
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0 or head_dim % 2:
+        raise ValueError(f"head_dim must be a positive even int for a {type(obj).__name__}, got {head_dim!r}")
+    rotary_dim = head_dim if rotary_dim is None else rotary_dim
+    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int) or rotary_dim <= 0 or rotary_dim % 2 or rotary_dim > head_dim:
+        raise ValueError(f"rotary_dim must be a positive even int <= head_dim = {head_dim}, got {rotary_dim!r}")
+    return head_dim, rotary_dim
+
 # %% ../nbs/03_attention.ipynb #6672ebb1
 def convert_qk_pairing(
-    obj,                      # a RotaryMultiHeadAttention, a state_dict, an nn.Linear (W_q or W_k) or a weight/bias tensor
-    to_interleaved=True,      # True: split halves -> interleaved; False: interleaved -> split halves
+    obj,                      # a RotaryMultiHeadAttention, a state_dict, an nn.Linear or a tensor
+    to_interleaved=True,      # True: split halves -> interleaved; False: the reverse
     *,
     head_dim:int|None=None,   # features per head (not needed for a RotaryMultiHeadAttention)
-    rotary_dim:int|None=None, # rotated features per head (default head_dim; from the module if given one)
-    keys=('q_proj', 'k_proj'),# state_dict: convert entries '<...>q_proj.weight/.bias' and '<...>k_proj.weight/.bias'
+    rotary_dim:int|None=None, # rotated features per head (default head_dim; a module's own)
+    keys=('q_proj', 'k_proj'),# state_dict: convert entries '<...>q_proj.weight' etc. (and .bias)
 ):                            # a converted copy of the same kind (the input is not modified)
-    "Permute W_q/W_k rows (and biases) so a checkpoint trained with one RoPE pairing gives identical scores with the other"
+    "Permute W_q/W_k rows (and biases) so a checkpoint scores the same with the other pairing"
     if isinstance(obj, RotaryMultiHeadAttention):
-        if obj.rotary is None: raise ValueError("obj has rope=False: there is no pairing to convert")
+        if obj.rotary is None:
+            raise ValueError("obj has rope=False: there is no pairing to convert")
         if obj.rotary.interleaved == to_interleaved:
             raise ValueError(f"obj already uses interleaved={obj.rotary.interleaved}")
         new = copy.deepcopy(obj)
@@ -228,11 +270,7 @@ def convert_qk_pairing(
                 if lin.bias is not None: lin.bias.copy_(_permute_rows(lin.bias, obj.head_dim, perm))
         new.rotary.interleaved = to_interleaved
         return new
-    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0 or head_dim % 2:
-        raise ValueError(f"head_dim must be a positive even int for a {type(obj).__name__}, got {head_dim!r}")
-    rotary_dim = head_dim if rotary_dim is None else rotary_dim
-    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int) or rotary_dim <= 0 or rotary_dim % 2 or rotary_dim > head_dim:
-        raise ValueError(f"rotary_dim must be a positive even int <= head_dim = {head_dim}, got {rotary_dim!r}")
+    head_dim, rotary_dim = _check_pairing_dims(obj, head_dim, rotary_dim)
     perm = _head_permutation(head_dim, rotary_dim, to_interleaved)
     if isinstance(obj, Tensor): return _permute_rows(obj, head_dim, perm)
     if isinstance(obj, nn.Linear):
@@ -243,5 +281,7 @@ def convert_qk_pairing(
         return new
     if isinstance(obj, dict):
         wanted = tuple(f"{k}.{p}" for k in keys for p in ('weight', 'bias'))
-        return type(obj)((k, _permute_rows(v, head_dim, perm) if k.endswith(wanted) else v) for k, v in obj.items())
-    raise TypeError(f"obj must be a RotaryMultiHeadAttention, a state_dict, an nn.Linear or a Tensor, got {type(obj).__name__}")
+        return type(obj)((k, _permute_rows(v, head_dim, perm) if k.endswith(wanted) else v)
+                         for k, v in obj.items())
+    raise TypeError(f"obj must be a RotaryMultiHeadAttention, a state_dict, an nn.Linear or a "
+                    f"Tensor, got {type(obj).__name__}")

@@ -107,14 +107,17 @@ def all_methods()->list:
         Method(OURS, _rope_lit('auto'), peer=False),
         Method('rope_lit RotaryEmbedding', _module, peer=False),
         Method('rope_lit compiled', _rope_lit('compiled'), devices=('cpu',), peer=False),
-        Method('rope_lit fused, CUDA graph', _cuda_graph(_rope_lit('auto')), devices=('cuda',), peer=False, backward=False),
+        Method('rope_lit fused, CUDA graph', _cuda_graph(_rope_lit('auto')), devices=('cuda',),
+               peer=False, backward=False),
         Method('rope_lit eager', _rope_lit('eager'), peer=False),
         Method('transformers LLaMA eager', _hf_llama(False), pairings=('split',)),
         Method('transformers LLaMA compiled', _hf_llama(True), pairings=('split',)),
         Method('liger-kernel', _liger, pairings=('split',), devices=('cuda',)),
         Method('rotary-embedding-torch', _rotary_embedding_torch, pairings=('interleaved',)),
-        Method('transformers GPT-J eager', _hf_gptj(False), pairings=('interleaved',), layout='bshd'),
-        Method('transformers GPT-J compiled', _hf_gptj(True), pairings=('interleaved',), layout='bshd'),
+        Method('transformers GPT-J eager', _hf_gptj(False), pairings=('interleaved',),
+               layout='bshd'),
+        Method('transformers GPT-J compiled', _hf_gptj(True), pairings=('interleaved',),
+               layout='bshd'),
     ]
 
 # %% ../nbs/04a_benchmark.ipynb #c7e8a776
@@ -159,7 +162,8 @@ def _time_cpu(runs:dict, n_sets:int, repeats:int, warmup:int)->dict:
 def _time_cuda(run, rep_ms:int, calls:int=200)->tuple:
     "(median, 20th, 80th percentile) device seconds from do_bench, and end-to-end seconds per call"
     import triton.testing
-    q50, q20, q80 = triton.testing.do_bench(lambda: run(0), warmup=25, rep=rep_ms, quantiles=[0.5, 0.2, 0.8])
+    q50, q20, q80 = triton.testing.do_bench(lambda: run(0), warmup=25, rep=rep_ms,
+                                            quantiles=[0.5, 0.2, 0.8])
     torch.cuda.synchronize(); t0 = time.perf_counter()
     for _ in range(calls): run(0)
     torch.cuda.synchronize()
@@ -270,26 +274,31 @@ def hardware(device:str)->dict:
 # %% ../nbs/04a_benchmark.ipynb #7f439ab7
 def plot_results(rows:list, path=None):
     "Bar chart of time / floor per method, one panel per shape and mode; saved to `path` if given"
-    import matplotlib; matplotlib.use('Agg') if path else None
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt   # headless runs get matplotlib's default Agg backend
     shapes = list(dict.fromkeys(r['shape'] for r in rows)); modes = list(dict.fromkeys(r['mode'] for r in rows))
     order = [m.name for m in all_methods()]   # the floors first, then rope_lit's, then the peers
     methods = sorted(dict.fromkeys(r['method'] for r in rows), key=lambda n: order.index(n) if n in order else len(order))
     pairings = list(dict.fromkeys(r['pairing'] for r in rows))
-    fig, axes = plt.subplots(len(shapes), len(modes), figsize=(5.5 * len(modes), 0.35 * len(methods) * len(shapes) + 1.2), squeeze=False)
+    fig, axes = plt.subplots(len(shapes), len(modes), figsize=(7.5, 0.21 * len(methods) * len(shapes) + 1.4),
+                             squeeze=False, sharey=True, dpi=150)
     for i, s in enumerate(shapes):
         for j, md in enumerate(modes):
             ax = axes[i][j]
             for p_i, p in enumerate(pairings):
-                sel = {r['method']: r.get('ratio_paired') or r['ratio_to_floor'] for r in rows if r['shape'] == s and r['mode'] == md and r['pairing'] == p}
-                ys = [m_i + (p_i - (len(pairings) - 1) / 2) * 0.38 for m_i, m in enumerate(methods) if m in sel]
-                ax.barh(ys, [sel[m] for m in methods if m in sel], height=0.36, label=p)
+                sel = {r['method']: r.get('ratio_paired') or r['ratio_to_floor'] for r in rows
+                       if r['shape'] == s and r['mode'] == md and r['pairing'] == p}
+                ys = [m_i + (p_i - (len(pairings) - 1) / 2) * 0.4 for m_i, m in enumerate(methods) if m in sel]
+                ax.barh(ys, [float(sel[m]) for m in methods if m in sel], height=0.38, label=p)
             ax.axvline(1.0 if md == 'fwd' else 2.0, color='k', lw=0.8, ls='--')
-            ax.set_xscale('log'); ax.set_yticks(range(len(methods)), methods, fontsize=8); ax.invert_yaxis()
-            ax.set_title(f"{s} {rows[0]['dtype']}, {md}", fontsize=9); ax.set_xlabel('time / copy floor (log; dashed: least possible)', fontsize=8)
-            if i == 0 and j == 0: ax.legend(fontsize=8)
-    fig.tight_layout()
-    if path: fig.savefig(path, dpi=60); plt.close(fig)
+            ax.set_xscale('log'); ax.set_yticks(range(len(methods)), methods, fontsize=9)
+            ax.tick_params(axis='x', labelsize=9)
+            ax.set_title(f"{s} ({rows[0]['dtype']}), {md}", fontsize=9)
+            if i == len(shapes) - 1: ax.set_xlabel('time / copy floor (log scale)', fontsize=9)
+    axes[0][0].invert_yaxis()   # the floors on top (the y axis is shared)
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc='upper center', ncol=len(pairings), fontsize=9,
+               frameon=False, title='pairing (dashed line: the least possible)', title_fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.55 / fig.get_figheight()))
+    if path: fig.savefig(path, dpi=150); plt.close(fig)
     return fig
 
 # %% ../nbs/04a_benchmark.ipynb #97d0d53b
@@ -362,7 +371,7 @@ def _parser():
     ap.add_argument('--device', choices=('cpu', 'cuda'), default='cpu', help='where to run (default: cpu)')
     ap.add_argument('--out', default=None, help='output folder (default: bench_results/DEVICE)')
     ap.add_argument('--shapes', type=_parse_shape, nargs='+', default=None,
-                    help='BATCHxHEADSxSEQxHEAD_DIM of q and k (default: the issue sizes: cpu 1x32x2048x128 1x8x512x64; cuda 8x32x4096x128 1x32x4096x128 32x32x1x128)')
+                    help='BATCHxHEADSxSEQxHEAD_DIM of q and k (default: the target sizes of rope_lit: cpu 1x32x2048x128 1x8x512x64; cuda 8x32x4096x128 1x32x4096x128 32x32x1x128)')
     ap.add_argument('--dtype', choices=('float32', 'bfloat16', 'float16'), default=None, help='storage dtype (default: float32 on cpu, bfloat16 on cuda)')
     ap.add_argument('--pairings', nargs='+', choices=('split', 'interleaved'), default=['split', 'interleaved'], help='pairings to time (default: both)')
     ap.add_argument('--modes', nargs='+', choices=('fwd', 'fwd+bwd'), default=['fwd', 'fwd+bwd'], help='forward only and/or forward+backward (default: both)')
@@ -385,7 +394,7 @@ def main(argv=None):
     repeats = args.repeats or (40 if args.device == 'cpu' else 10)
     if args.device == 'cpu' and os.environ.get('GLIBC_TUNABLES') != CPU_TUNABLES:
         print(f"rope-lit-bench: note: without GLIBC_TUNABLES={CPU_TUNABLES} fresh outputs pay page faults whose cost "
-              "swings with glibc's and the kernel's memory state, not with the methods (see notebook 04a)", file=sys.stderr)
+              "swings with glibc's and the kernel's memory state, not with the methods (see the benchmark page of rope_lit's docs)", file=sys.stderr)
     meta = hardware(args.device)
     meta.update(repeats=repeats if args.device == 'cuda' else f"{repeats} ({5 * repeats} where q, k and their gradients are under 8 MiB)", warmup=args.warmup, timing='perf_counter, interleaved round-robin, rotating input sets >= 3x LLC' if args.device == 'cpu'
                 else 'triton.testing.do_bench (CUDA events, L2 flushed) + end-to-end loop of 200 calls')
@@ -404,7 +413,7 @@ def main(argv=None):
 
 # %% ../nbs/04a_benchmark.ipynb #22dfeecd
 def targets(rows:list, device:str)->list:
-    "(target, measured, met) for each target of the issue, from benchmark `rows`"
+    "(target, measured, met) for each of rope_lit's targets, from benchmark `rows`"
     ratio = lambda r: r['ratio_paired'] if r.get('ratio_paired') else r['ratio_to_floor']   # CPU: round-by-round ratio
     get = lambda shape, pairing, mode, method: next((r for r in rows if r['shape'] == shape and r['pairing'] == pairing
                                                       and r['mode'] == mode and r['method'] == method), None)
@@ -446,4 +455,4 @@ def targets(rows:list, device:str)->list:
 
 def targets_table(rows, device)->str:
     "`targets` as a markdown table"
-    return '\n'.join(['| target | measured | met |', '|---|---|---|'] + [f"| {t} | {m} | {'yes' if ok else '**no**'} |" for t, m, ok in targets(rows, device)])
+    return '\n'.join(['|target|measured|met|', '|---|---|---|'] + [f"|{t}|{m}|{'yes' if ok else '**no**'}|" for t, m, ok in targets(rows, device)])

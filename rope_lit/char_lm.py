@@ -75,13 +75,15 @@ def split_text(
 
 # %% ../nbs/14_char_lm.ipynb #a63b11e7
 def sinusoidal_positions(
-    length:int,        # number of positions 0..length-1
-    d_model:int,       # even model width
-    base:float=10000.0,
-)->Tensor:             # (length, d_model) float32: sin in even columns, cos in odd ones
+    length:int,          # number of positions 0..length-1
+    d_model:int,         # even model width
+    base:float=10000.0,  # the 10000 of the formula
+)->Tensor:               # (length, d_model) float32: sin in even columns, cos in odd ones
     "Vaswani et al.'s absolute sinusoidal position table"
-    if d_model % 2: raise ValueError(f"d_model must be even for the sinusoidal table, got {d_model}")
-    angles = torch.arange(length, dtype=torch.float64)[:, None] * base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    if d_model % 2:
+        raise ValueError(f"d_model must be even for the sinusoidal table, got {d_model}")
+    inv_freq = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    angles = torch.arange(length, dtype=torch.float64)[:, None] * inv_freq
     table = torch.empty(length, d_model, dtype=torch.float64)
     table[:, 0::2], table[:, 1::2] = angles.sin(), angles.cos()
     return table.float()
@@ -89,12 +91,15 @@ def sinusoidal_positions(
 # %% ../nbs/14_char_lm.ipynb #9468433a
 class Block(nn.Module):
     "Pre-norm transformer block: causal rotary self-attention, then a GELU MLP"
-    def __init__(self, d_model:int, n_heads:int, rope:bool, base:float, scaling:str|None, max_seq_len:int|None, dropout:float):
+    def __init__(self, d_model:int, n_heads:int, rope:bool, base:float, scaling:str|None,
+                 max_seq_len:int|None, dropout:float):
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-        self.attn = RotaryMultiHeadAttention(d_model, n_heads, rope=rope, base=base, scaling=scaling,
-                                             max_seq_len=max_seq_len, backend='eager')
-        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model), nn.Dropout(dropout))
+        self.attn = RotaryMultiHeadAttention(
+            d_model, n_heads, rope=rope, base=base, scaling=scaling, max_seq_len=max_seq_len,
+            backend='eager')
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(),
+                                 nn.Linear(4 * d_model, d_model), nn.Dropout(dropout))
         self.drop = nn.Dropout(dropout)
     def forward(self, x:Tensor)->Tensor:  # (batch, seq, d_model)
         x = x + self.drop(self.attn(self.ln1(x), is_causal=True))
@@ -114,16 +119,18 @@ class CharLM(nn.Module):
         base:float=10000.0,      # RoPE / sinusoid base
         hexu_max_len:int=2048,   # He & Xu's n_9 for position='hexu'
         dropout:float=0.0,       # dropout in the residual branches
-        embed_scale:bool=True,   # multiply token embeddings by √d_model (Vaswani et al.), so a sinusoid table does not drown them
+        embed_scale:bool=True,   # multiply token embeddings by √d_model (Vaswani et al.)
     ):
         super().__init__()
-        if position not in POSITIONS: raise ValueError(f"position must be one of {POSITIONS}, got {position!r}")
+        if position not in POSITIONS:
+            raise ValueError(f"position must be one of {POSITIONS}, got {position!r}")
         self.position, self.d_model, self.base = position, d_model, base
         self.embed_scale = math.sqrt(d_model) if embed_scale else 1.0
         rope, scaling = position in ('rope', 'hexu'), ('hexu' if position == 'hexu' else None)
         self.embed = nn.Embedding(vocab_size, d_model)
-        self.blocks = nn.ModuleList(Block(d_model, n_heads, rope, base, scaling, hexu_max_len if scaling else None, dropout)
-                                    for _ in range(n_layers))
+        self.blocks = nn.ModuleList(
+            Block(d_model, n_heads, rope, base, scaling, hexu_max_len if scaling else None, dropout)
+            for _ in range(n_layers))
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
         self.head.weight = self.embed.weight  # tied
@@ -134,7 +141,8 @@ class CharLM(nn.Module):
         x = self.embed(ids) * self.embed_scale
         if self.position == 'sinusoidal':
             seq = ids.shape[1]
-            if self._pe is None or len(self._pe) < seq or self._pe.device != x.device:   # built once per length, not per step
+            # built once per length, not per step
+            if self._pe is None or len(self._pe) < seq or self._pe.device != x.device:
                 self._pe = sinusoidal_positions(seq, self.d_model, self.base).to(x.device)
             x = x + self._pe[:seq]
         for block in self.blocks: x = block(x)
@@ -145,13 +153,14 @@ def set_rotary_frequencies(
     model:nn.Module,             # a model containing `RotaryEmbedding` modules
     inv_freq:Tensor,             # (rotary_dim//2,) frequencies to use
     length:int,                  # positions to cache (the evaluation length)
-    attention_factor:float=1.0,  # multiplies the cos/sin tables (YaRN's √(1/t)); scores scale by its square
+    attention_factor:float=1.0,  # multiplies cos/sin (YaRN's √(1/t)); scores get its square
 )->int:                          # the number of rotary modules changed
-    "Make every rotary module of `model` rotate with `inv_freq` (and scale its tables by `attention_factor`)"
+    "Make every rotary module of `model` use `inv_freq`, tables scaled by `attention_factor`"
     n = 0
     for module in model.modules():
         if isinstance(module, RotaryEmbedding):
-            module.set_frequencies(inv_freq, attention_factor).cos_sin(length)  # cache covers 0..length-1
+            # new frequencies, then a cache that covers positions 0..length-1
+            module.set_frequencies(inv_freq, attention_factor).cos_sin(length)
             n += 1
     return n
 
@@ -172,14 +181,16 @@ def variant_frequencies(
     base:float,        # the base the model was trained with
     train_len:int,     # training context L_0
     eval_len:int,      # evaluation context L (used by dynamic_ntk)
-    target_len:int,    # the longest context the static variants are configured for: s = target_len / L_0
+    target_len:int,    # longest context the static variants are set for: s = target_len / L_0
 )->tuple[Tensor, float]: # float64 inverse frequencies, attention factor (YaRN's √(1/t), else 1)
-    "The frequencies (and attention factor) variant `name` gives a model trained at `train_len`, run at `eval_len`"
-    if name not in VARIANTS: raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {name!r}")
+    "Frequencies and attention factor of variant `name`, trained at `train_len`, run at `eval_len`"
+    if name not in VARIANTS:
+        raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {name!r}")
     scaling, options = VARIANTS[name]
     s = max(1.0, target_len / train_len)
     if scaling is None: return rope_frequencies(rotary_dim, base, dtype=torch.float64), 1.0
-    inv_freq = rope_frequencies(rotary_dim, base, scaling=scaling, dtype=torch.float64, **options(s, train_len, eval_len))
+    inv_freq = rope_frequencies(rotary_dim, base, scaling=scaling, dtype=torch.float64,
+                                **options(s, train_len, eval_len))
     return inv_freq, (yarn_attention_factor(s) if name == 'yarn' else 1.0)
 
 # %% ../nbs/14_char_lm.ipynb #3666829d
@@ -196,10 +207,13 @@ def train_lm(
     progress:bool=False,    # show a tqdm bar
 )->list[float]:             # training loss at every step
     "Train `model` on random windows of `train_ids` with AdamW and a warm-up + cosine schedule"
-    if len(train_ids) <= context + 1: raise ValueError(f"train_ids has {len(train_ids)} tokens, need more than context + 1 = {context + 1}")
+    if len(train_ids) <= context + 1:
+        raise ValueError(f"train_ids has {len(train_ids)} tokens, "
+                         f"need more than context + 1 = {context + 1}")
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.1)
-    schedule = lambda step: min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * step / steps))
+    schedule = lambda step: (min(1.0, (step + 1) / warmup)
+                             * 0.5 * (1 + math.cos(math.pi * step / steps)))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
     offsets = torch.arange(context + 1)
     losses = []
@@ -224,21 +238,24 @@ def train_lm(
 # %% ../nbs/14_char_lm.ipynb #723c3b21
 @torch.no_grad()
 def eval_loss(
-    model:CharLM,         # the model (put in eval mode)
-    val_ids:Tensor,       # (n,) validation token ids
-    context:int,          # evaluation context length L
-    eval_tokens:int=32768,# characters of `val_ids` used (the same ones at every L)
-    batch_size:int=8,     # windows per forward pass
-)->float:                 # mean next-character cross-entropy in nats over all positions of all windows
-    "Mean cross-entropy of `model` on non-overlapping windows of `context` + 1 characters from the start of `val_ids`"
+    model:CharLM,          # the model (put in eval mode)
+    val_ids:Tensor,        # (n,) validation token ids
+    context:int,           # evaluation context length L
+    eval_tokens:int=32768, # characters of `val_ids` used (the same ones at every L)
+    batch_size:int=8,      # windows per forward pass
+)->float:                  # mean next-character cross-entropy (nats), all positions of all windows
+    "Mean cross-entropy of `model` on non-overlapping windows from the start of `val_ids`"
     n_windows = min(eval_tokens, len(val_ids) - 1) // context
-    if n_windows < 1: raise ValueError(f"need at least context + 1 = {context + 1} validation tokens within eval_tokens, got {min(eval_tokens, len(val_ids))}")
+    if n_windows < 1:
+        raise ValueError(f"need at least context + 1 = {context + 1} validation tokens "
+                         f"within eval_tokens, got {min(eval_tokens, len(val_ids))}")
     model.eval()
     windows = torch.stack([val_ids[i * context:(i + 1) * context + 1] for i in range(n_windows)])
     total = 0.0
     for chunk in windows.split(batch_size):
         logits = model(chunk[:, :-1])
-        total += F.cross_entropy(logits.flatten(0, 1).float(), chunk[:, 1:].flatten(), reduction='sum').item()
+        total += F.cross_entropy(logits.flatten(0, 1).float(), chunk[:, 1:].flatten(),
+                                 reduction='sum').item()
     return total / (n_windows * context)
 
 # %% ../nbs/14_char_lm.ipynb #91df6c5b
@@ -276,19 +293,9 @@ def _trained_model(cfg, position, seed, vocab_size, train_ids, checkpoint_dir, p
         torch.save(dict(model_cfg=model_cfg, train_cfg=train_cfg, data=data_key, state=model.state_dict(), log=log), path)
     return model, log
 
-# %% ../nbs/14_char_lm.ipynb #cf0b9ed1
-def run_experiment(
-    size:str='tiny',              # a key of `SETTINGS`
-    *,
-    schemes=POSITIONS,            # position schemes to train
-    variants=tuple(VARIANTS),     # scaling variants applied to the 'rope' model at inference
-    seeds=(0,),                   # one model per scheme and seed
-    data:str|None=None,           # text file; None: the setting's default (Tiny Shakespeare, or generated for tiny)
-    checkpoint_dir:str|None=None, # save trained models here and reuse identical ones
-    progress:bool=False,          # tqdm bars
-    **overrides,                  # any key of the setting (steps, contexts, d_model, ...)
-)->dict:                          # {'config': ..., 'train': [...], 'rows': [{scheme, variant, seed, context, loss, ppl}]}
-    "Train one character LM per scheme and seed, then evaluate every (scheme, variant) at every context"
+# %% ../nbs/14_char_lm.ipynb #a7d27f47
+def _experiment_config(size, schemes, variants, data, overrides):
+    "Check the arguments of `run_experiment`; return the merged setting and the text to train on"
     if size not in SETTINGS: raise ValueError(f"size must be one of {sorted(SETTINGS)}, got {size!r}")
     unknown = set(overrides) - set(SETTINGS[size])
     if unknown: raise ValueError(f"unknown setting(s) {sorted(unknown)}; settings are {sorted(SETTINGS[size])}")
@@ -297,22 +304,42 @@ def run_experiment(
     cfg = {**SETTINGS[size], **overrides}
     if data is not None: cfg['data'] = data
     text = generated_text(40000) if cfg['data'] == 'generated' else load_text(cfg['data'])
+    return cfg, text
+
+# %% ../nbs/14_char_lm.ipynb #cf0b9ed1
+def run_experiment(
+    size:str='tiny',              # a key of `SETTINGS`
+    *,
+    schemes=POSITIONS,            # position schemes to train
+    variants=None,                # variants applied to the 'rope' model at inference; None: all
+    seeds=(0,),                   # one model per scheme and seed
+    data:str|None=None,           # text file; None: the setting's default
+    checkpoint_dir:str|None=None, # save trained models here and reuse identical ones
+    progress:bool=False,          # tqdm bars
+    **overrides,                  # any key of the setting (steps, contexts, d_model, ...)
+)->dict:                          # config, train log and rows {scheme, variant, context, ppl, ...}
+    "Train one character LM per scheme and seed; evaluate every (scheme, variant) at every context"
+    variants = tuple(VARIANTS) if variants is None else variants
+    cfg, text = _experiment_config(size, schemes, variants, data, overrides)
     vocab = CharVocab(text)
     train_ids, val_ids = split_text(vocab.encode(text), 0.1)
     cfg.update(train_chars=len(train_ids), val_chars=len(val_ids), vocab_size=len(vocab))
     rows, train_log = [], []
     for seed in seeds:
         for scheme in schemes:
-            model, log = _trained_model(cfg, scheme, seed, len(vocab), train_ids, checkpoint_dir, progress)
+            model, log = _trained_model(cfg, scheme, seed, len(vocab), train_ids, checkpoint_dir,
+                                        progress)
             train_log.append(dict(scheme=scheme, seed=seed, **log))
             head_dim = cfg['d_model'] // cfg['n_heads']
             for variant in (variants if scheme == 'rope' else ('none',)):
                 for L in cfg['contexts']:
                     if scheme == 'rope':
-                        inv_freq, factor = variant_frequencies(variant, head_dim, model.base, cfg['context'], L, max(cfg['contexts']))
+                        inv_freq, factor = variant_frequencies(
+                            variant, head_dim, model.base, cfg['context'], L, max(cfg['contexts']))
                         set_rotary_frequencies(model, inv_freq, L, factor)
                     loss = eval_loss(model, val_ids, L, cfg['eval_tokens'])
-                    rows.append(dict(scheme=scheme, variant=variant, seed=seed, context=L, loss=round(loss, 4), ppl=round(math.exp(loss), 3)))
+                    rows.append(dict(scheme=scheme, variant=variant, seed=seed, context=L,
+                                     loss=round(loss, 4), ppl=round(math.exp(loss), 3)))
     return dict(config=cfg, train=train_log, rows=rows)
 
 # %% ../nbs/14_char_lm.ipynb #bce485e3
@@ -335,24 +362,25 @@ def results_table(
 # %% ../nbs/14_char_lm.ipynb #7e2c1b5a
 def plot_results(
     results:dict,    # `run_experiment`'s output
-    path=None,       # save the figure here (PNG) if given
+    path=None,       # save the figure here (PNG, 150 dpi) if given
 ):                   # the matplotlib figure
-    "Validation perplexity against evaluation context, log-log, one line per scheme/variant"
+    "Validation perplexity against evaluation context, log-scaled context, one line per scheme/variant"
     import matplotlib.pyplot as plt
     contexts = results['config']['contexts']
-    fig, ax = plt.subplots(figsize=(7.2, 3.6))
+    fig, ax = plt.subplots(figsize=(7.4, 3.9), dpi=150)
     keys = list(dict.fromkeys((r['scheme'], r['variant']) for r in results['rows']))
     for scheme, variant in keys:
         ppl = [sum(v) / len(v) for v in ([r['ppl'] for r in results['rows'] if (r['scheme'], r['variant'], r['context']) == (scheme, variant, L)] for L in contexts)]
         label = scheme if scheme != 'rope' or variant == 'none' else f"rope + {variant}"
-        ax.plot(contexts, ppl, marker='o', ls='-' if scheme != 'rope' or variant == 'none' else '--', label=label)
+        ax.plot(contexts, ppl, marker='o', ms=4, ls='-' if scheme != 'rope' or variant == 'none' else '--', label=label)
     ax.set(xscale='log', xlabel='evaluation context (characters)', ylabel='validation perplexity',
-           title=f"trained at context {results['config']['context']}")
+           title=f"trained at context {results['config']['context']} (grey line)")
     ax.minorticks_off(); ax.set_xticks(contexts, [str(L) for L in contexts])
     ax.axvline(results['config']['context'], color='grey', lw=0.8)
-    ax.legend(fontsize=7, loc='upper left', bbox_to_anchor=(1.01, 1.0))
+    ax.grid(alpha=.3)
+    ax.legend(fontsize=9, loc='upper left', bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
-    if path is not None: fig.savefig(path, dpi=90)
+    if path is not None: fig.savefig(path, dpi=150)
     return fig
 
 # %% ../nbs/14_char_lm.ipynb #86795f16
@@ -374,7 +402,7 @@ def save_results(
     p = results.get('provenance', {})
     train = '\n'.join(f"- {t['scheme']} (seed {t['seed']}): {t['parameters']} parameters, {t['train_seconds']} s, final train loss {t['final_train_loss']}" for t in results['train'])
     (out/'results.md').write_text(f"Command: `{p.get('command')}`  \nDate: {p.get('date')}  \nHardware: {p.get('hardware')}\n\n"
-                                  f"{results_table(results)}\n\nTraining:\n{train}\n")
+                                  f"{results_table(results)}\n\nTraining:\n\n{train}\n")
     import matplotlib.pyplot as plt
     plt.close(plot_results(results, out/'ppl_vs_context.png'))
     return out

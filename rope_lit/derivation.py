@@ -56,7 +56,8 @@ def rotary_matrix(
     R = sp.zeros(d, d)
     for i, theta in enumerate(rotary_thetas(d, base)):
         a, b = (2*i, 2*i+1) if interleaved else (i, i+h)
-        R[a, a], R[a, b], R[b, a], R[b, b] = sp.cos(m*theta), -sp.sin(m*theta), sp.sin(m*theta), sp.cos(m*theta)
+        cos, sin = sp.cos(m*theta), sp.sin(m*theta)
+        R[a, a], R[a, b], R[b, a], R[b, b] = cos, -sin, sin, cos
     return R
 
 # %% ../nbs/00_derivation.ipynb #5029ed7f
@@ -64,11 +65,12 @@ def rotary_matrix_numeric(
     d:int,            # the rotary dimension: a positive even integer
     base=10000.0,     # RoFormer's base
     interleaved=True, # the pairing, as in `rotary_matrix`
-):                    # f(position) -> float64 (d, d) array; (*positions.shape, d, d) for an array of positions
+):                    # f(position) -> float64 (d, d); (*position.shape, d, d) for an array
     "A NumPy float64 function of the position, lambdified once from the symbolic `rotary_matrix`"
     m = sp.Symbol('m', real=True)
     R = rotary_matrix(d, m, base=base, interleaved=interleaved)
-    rows, cols = map(np.array, zip(*[(r, c) for r in range(d) for c in range(d) if R[r, c] != 0]))
+    nonzero = [(r, c) for r in range(d) for c in range(d) if R[r, c] != 0]
+    rows, cols = map(np.array, zip(*nonzero))
     entries = sp.lambdify(m, [R[r, c] for r, c in zip(rows, cols)], 'numpy')
     def rotary_matrix_at(position): # a number or an array of positions
         p = np.asarray(position, dtype=np.float64)
@@ -80,16 +82,16 @@ def rotary_matrix_numeric(
 # %% ../nbs/00_derivation.ipynb #d4939c08
 def half_to_interleaved_permutation(
     d:int, # the rotary dimension: a positive even integer
-)->np.ndarray: # (d,) int64 `perm` with x_interleaved = x_half[perm], i.e. (0, d/2, 1, d/2+1, ...)
-    "Indices `perm` taking a split-halves layout to the interleaved one: `x_half[perm]` is interleaved"
+)->np.ndarray: # (d,) int64 `perm`, x_interleaved = x_half[perm]: (0, d/2, 1, d/2+1, ...)
+    "Indices `perm` taking the split-halves layout to the interleaved one: `x_half[perm]`"
     h = _check_dim(d)//2
     return np.stack([np.arange(h), np.arange(h) + h], axis=1).reshape(-1)
 
 # %% ../nbs/00_derivation.ipynb #7c4bada4
 def interleaved_to_half_permutation(
     d:int, # the rotary dimension: a positive even integer
-)->np.ndarray: # (d,) int64 `perm` with x_half = x_interleaved[perm], i.e. (0, 2, 4, ..., 1, 3, 5, ...)
-    "Indices taking an interleaved layout to the split-halves one: the inverse of `half_to_interleaved_permutation`"
+)->np.ndarray: # (d,) int64 `perm`, x_half = x_interleaved[perm]: (0, 2, 4, ..., 1, 3, 5, ...)
+    "The inverse of `half_to_interleaved_permutation`: `x_interleaved[perm]` is split halves"
     return np.argsort(half_to_interleaved_permutation(d))
 
 # %% ../nbs/00_derivation.ipynb #b2830f98
@@ -98,7 +100,8 @@ def permutation_matrix(
 )->sp.Matrix: # (d, d) P with P[j, perm[j]] = 1, so that P @ x == x[perm]
     "The SymPy permutation matrix P of `perm`: `P @ x` equals `x[perm]`"
     perm = [int(p) for p in perm]
-    if sorted(perm) != list(range(len(perm))): raise ValueError(f"perm must be a permutation of 0..{len(perm)-1}, got {perm}")
+    if sorted(perm) != list(range(len(perm))):
+        raise ValueError(f"perm must be a permutation of 0..{len(perm)-1}, got {perm}")
     return sp.Matrix(len(perm), len(perm), lambda j, k: int(k == perm[j]))
 
 # %% ../nbs/00_derivation.ipynb #befc3a84
@@ -106,8 +109,8 @@ def symbolic_cos_sin(
     d:int,            # the rotary dimension: a positive even integer
     position,         # the token position m
     base=10000,       # RoFormer's base
-    interleaved=True, # True: (cos mθ_0, cos mθ_0, cos mθ_1, ...); False: (cos mθ_0, ..., cos mθ_{d/2-1}) twice
-)->tuple:             # (cos, sin): two (d, 1) SymPy column vectors laid out for the element-wise form
+    interleaved=True, # True: (cos mθ_0, cos mθ_0, cos mθ_1, …); False: cos mθ_0..mθ_{d/2-1}, twice
+)->tuple:             # (cos, sin): two (d, 1) SymPy column vectors in the element-wise layout
     "The cos and sin vectors of the element-wise RoPE form, each frequency repeated to length `d`"
     angles = [sp.sympify(position) * t for t in rotary_thetas(d, base)]
     order = [a for a in angles for _ in (0, 1)] if interleaved else angles + angles
@@ -116,7 +119,7 @@ def symbolic_cos_sin(
 # %% ../nbs/00_derivation.ipynb #6b78e563
 def rotate_pairs(
     v:sp.Matrix,      # (d, 1) a column vector, d even
-    interleaved=True, # True: (-v1, v0, -v3, v2, ...); False: (-v_{h}, ..., -v_{d-1}, v0, ..., v_{h-1}) ("rotate_half")
+    interleaved=True, # True: (-v1, v0, -v3, v2…); False: rotate_half (-v_h..-v_{d-1}, v0..v_{h-1})
 )->sp.Matrix:         # (d, 1) every pair of `v` turned by 90°
     "Turn every feature pair of `v` by +90°: the vector multiplying sin in the element-wise form"
     d = len(v); h = d//2

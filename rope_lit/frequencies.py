@@ -15,33 +15,37 @@ __all__ = ['ROPE_SCALINGS', 'rope_frequencies', 'relative_angles', 'rope_decay_b
            'cos_sum_context_length']
 
 # %% ../nbs/01_requirements.ipynb #72ce7660
-ROPE_SCALINGS = {} # name -> function(inv_freq: float64 (dim//2,), *, max_seq_len, **options) -> float64 (dim//2,)
+# name -> function(inv_freq: float64 (dim//2,), *, max_seq_len, **options) -> float64 (dim//2,)
+ROPE_SCALINGS = {}
 
 # %% ../nbs/01_requirements.ipynb #74f2fa6b
 def rope_frequencies(
     dim:int,              # rotary dimension: the number of features rotated, even
     base:float=10000.0,   # the RoFormer base; θ_i = base^(-2i/dim)
     *,
-    scaling:str|None=None,  # None: RoFormer's θ_i; a name in `ROPE_SCALINGS` selects a variant (e.g. 'hexu')
-    max_seq_len:int|None=None, # the maximum sequence length, for variants that depend on it (ignored by None)
+    scaling:str|None=None,  # None: RoFormer's θ_i; a name in `ROPE_SCALINGS`: a variant ('hexu')
+    max_seq_len:int|None=None, # the maximum sequence length, for variants that depend on it
     dtype=torch.float32,  # dtype of the result (float32 by default; computed in float64)
     device=None,          # device of the result
     **scaling_options,    # further keyword options of the variant (e.g. `max_angle` for 'hexu')
 )->Tensor:                # (dim//2,) inverse frequencies θ_0 > θ_1 > ... > θ_{dim/2-1}
-    "The `dim//2` rotary inverse frequencies θ_i = `base`^(-2i/`dim`), or the `scaling` variant of them"
-    if isinstance(dim, bool) or not isinstance(dim, int): raise TypeError(f"dim must be an int, got {type(dim).__name__}")
+    "The `dim//2` rotary inverse frequencies θ_i = `base`^(-2i/`dim`), or their `scaling` variant"
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"dim must be an int, got {type(dim).__name__}")
     if dim <= 0 or dim % 2: raise ValueError(f"dim must be a positive even integer, got {dim}")
     if not (isinstance(base, (int, float)) and math.isfinite(base) and base > 1):
         raise ValueError(f"base must be a finite number > 1, got {base!r}")
     exponents = torch.arange(0, dim, 2, dtype=torch.float64) / dim
     inv_freq = float(base) ** -exponents
     if isinstance(scaling, str) and scaling not in ROPE_SCALINGS:
-        import rope_lit.scaling  # notebook 05's variants register themselves on import
+        import rope_lit.scaling  # the scaling page's variants register themselves on import
     if scaling is None:
-        if scaling_options: raise TypeError(f"options {sorted(scaling_options)} need a scaling, got scaling=None")
+        if scaling_options:
+            raise TypeError(f"options {sorted(scaling_options)} need a scaling, got scaling=None")
     elif isinstance(scaling, str) and scaling in ROPE_SCALINGS:
         inv_freq = ROPE_SCALINGS[scaling](inv_freq, max_seq_len=max_seq_len, **scaling_options)
-    else: raise ValueError(f"scaling must be None or one of {sorted(ROPE_SCALINGS)}, got {scaling!r}")
+    else:
+        raise ValueError(f"scaling must be None or one of {sorted(ROPE_SCALINGS)}, got {scaling!r}")
     return inv_freq.to(dtype=dtype, device=device)
 
 # %% ../nbs/01_requirements.ipynb #5b01a896
@@ -61,7 +65,7 @@ def rope_decay_bound(
     inv_freq:Tensor,  # (d//2,) frequencies θ_k
     distances,        # (n,) relative distances m - n: an int sequence or a 1-D tensor
 )->Tensor:            # (n,) float64 relative upper bound (1/(d/2))·Σ_{j=1}^{d/2} |S_j|
-    "RoFormer's long-term decay bound (1/(d/2))·Σ_j |S_j|, S_j = Σ_{k<j} exp(i·(m-n)·θ_k), at each distance"
+    "RoFormer's long-term decay bound (1/(d/2))·Σ_j |S_j|, S_j = Σ_{k<j} exp(i·(m-n)·θ_k)"
     angles = relative_angles(inv_freq, distances, wrap=False)
     partial_sums = torch.polar(torch.ones_like(angles), angles).cumsum(dim=-1)  # S_1 .. S_{d/2}
     return partial_sums.abs().mean(dim=-1)
@@ -70,8 +74,8 @@ def rope_decay_bound(
 def rope_cos_sum(
     inv_freq:Tensor,  # (d//2,) frequencies θ_t
     distances,        # (n,) relative distances m: an int sequence or a 1-D tensor
-)->Tensor:            # (n,) float64 B_m = Σ_t cos(m·θ_t); E[score] of q = k with N(0,1) features is 2·B_m
-    "Σ_t cos(m·θ_t) at each distance m: half the expected score of identical N(0, 1) query and key (Men et al.'s B)"
+)->Tensor:            # (n,) float64 B_m = Σ_t cos(m·θ_t); 2·B_m = E[score] of q = k ~ N(0, 1)
+    "Σ_t cos(m·θ_t) at each distance m: half the expected score of identical N(0, 1) query and key"
     return torch.cos(relative_angles(inv_freq, distances, wrap=False)).sum(dim=-1)
 
 # %% ../nbs/01_requirements.ipynb #76bc225e
@@ -79,11 +83,12 @@ def hexu_frequencies(
     inv_freq:Tensor,          # (dim//2,) float64 RoFormer frequencies, fastest first
     *,
     max_seq_len:int|None,     # n_9: the longest distance over which every angle must stay monotone
-    max_angle:float=math.pi,  # Φ: the angle of the fastest pair at distance `max_seq_len`; ≤ π keeps cos monotone too
+    max_angle:float=math.pi,  # Φ: fastest pair's angle at `max_seq_len`; ≤ π keeps cos monotone
 )->Tensor:                    # (dim//2,) θ̄_t = Φ/n_9 · θ_t/θ_0
-    "He & Xu's max-length-aware frequencies: `inv_freq` scaled so the fastest pair turns `max_angle` over `max_seq_len`"
+    "He & Xu's max-length-aware frequencies: fastest pair turns `max_angle` over `max_seq_len`"
     if max_seq_len is None:
-        raise ValueError("scaling='hexu' needs max_seq_len (He & Xu's n_9, the maximum sequence length), got None")
+        raise ValueError("scaling='hexu' needs max_seq_len "
+                         "(He & Xu's n_9, the maximum sequence length), got None")
     if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len < 1:
         raise ValueError(f"max_seq_len must be a positive int, got {max_seq_len!r}")
     if not (isinstance(max_angle, (int, float)) and 0 < max_angle <= 2 * math.pi):
@@ -102,6 +107,7 @@ def cos_sum_context_length(
     if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 0:
         raise ValueError(f"max_len must be a non-negative int, got {max_len!r}")
     for start in range(0, max_len + 1, chunk):
-        negative = (rope_cos_sum(inv_freq, torch.arange(start, min(start + chunk, max_len + 1))) < 0).nonzero()
+        distances = torch.arange(start, min(start + chunk, max_len + 1))
+        negative = (rope_cos_sum(inv_freq, distances) < 0).nonzero()
         if len(negative): return start + int(negative[0, 0]) - 1
     return max_len

@@ -1,4 +1,4 @@
-"""`apply_rotary`, the eager `rotary_qk` backend, `RotaryEmbedding` with its cos/sin cache, the reference implementations from the sources, and the tests that hold them to notebook 00's ground truth
+"""`apply_rotary`, the eager `rotary_qk` backend, `RotaryEmbedding` with its cos/sin cache, the reference implementations from the sources, and the tests that hold them to the derivation's ground truth
 
 Docs: https://rope-lit.github.io/rope_lit/rope.html.md"""
 
@@ -15,7 +15,7 @@ from .frequencies import rope_frequencies
 # %% auto #0
 __all__ = ['apply_rotary', 'rotary_cos_sin', 'rotary_matrix_dense', 'apply_rotary_dense', 'apply_rotary_complex',
            'LabmlRotaryPositionalEmbeddings', 'course_sinusoid', 'course_apply_rotary_emb', 'apply_rotary_',
-           'rotary_qk', 'resolve_backend', 'RotaryEmbedding']
+           'rotary_qk', 'resolve_backend', 'RotaryEmbedding', 'varlen_positions']
 
 # %% ../nbs/02_rope.ipynb #5d0a4546
 def _check_rotary_inputs(x, cos, sin, name='x'):
@@ -38,38 +38,42 @@ def _check_rotary_inputs(x, cos, sin, name='x'):
     return rotary_dim
 
 # %% ../nbs/02_rope.ipynb #f688ec94
-def _complex_viewable(x:Tensor)->bool:
-    "Whether `view_as_complex` can pair adjacent features of `x` in place"
-    return x.stride(-1) == 1 and x.storage_offset() % 2 == 0 and all(s % 2 == 0 for s in x.stride()[:-1])
-
-def _rotate_complex(x, w):
-    "Adjacent feature pairs of `x` (float32/64, `_complex_viewable`) times `w` = e^{iθ} (complex, broadcastable to (..., seq, head_dim/2)): one multiply"
-    return torch.view_as_real(torch.view_as_complex(x.unflatten(-1, (-1, 2))) * w).flatten(-2)
-
 def _rotate_real(x, cos, sin, interleaved, rotary_dim):
     "The rotation in real arithmetic: one multiply by (c, c, 1) and two fused multiply-adds"
     half, head_dim = rotary_dim//2, x.shape[-1]
     c = cos.repeat_interleave(2, dim=-1) if interleaved else torch.cat([cos, cos], dim=-1)
-    if rotary_dim < head_dim: c = torch.cat([c, c.new_ones(c.shape[:-1] + (head_dim - rotary_dim,))], dim=-1)
+    if rotary_dim < head_dim:                                   # (c, c, 1): pass-through features
+        c = torch.cat([c, c.new_ones(c.shape[:-1] + (head_dim - rotary_dim,))], dim=-1)
     out = x * c
     if interleaved: first, second = slice(0, rotary_dim, 2), slice(1, rotary_dim, 2)
     else:           first, second = slice(0, half), slice(half, rotary_dim)
-    out[..., first].addcmul_(x[..., second], sin, value=-1)
-    out[..., second].addcmul_(x[..., first], sin)
+    out[..., first].addcmul_(x[..., second], sin, value=-1)     # x₁c - x₂s
+    out[..., second].addcmul_(x[..., first], sin)               # x₂c + x₁s
     return out
+
+# %% ../nbs/02_rope.ipynb #cd32bc3a
+def _rotate_complex(x, w):
+    "Adjacent feature pairs of `x` (float32/64, complex-viewable) times `w` = e^{iθ}: one multiply"
+    return torch.view_as_real(torch.view_as_complex(x.unflatten(-1, (-1, 2))) * w).flatten(-2)
+
+# %% ../nbs/02_rope.ipynb #5250ba96
+def _complex_viewable(x:Tensor)->bool:
+    "Whether `view_as_complex` can pair adjacent features of `x` in place"
+    return x.stride(-1) == 1 and x.storage_offset() % 2 == 0 and all(s % 2 == 0 for s in x.stride()[:-1])
 
 # %% ../nbs/02_rope.ipynb #f815167d
 def apply_rotary(
     x:Tensor,          # (..., seq, head_dim) queries or keys, any strides
-    cos:Tensor,        # (seq, rotary_dim//2) cos(mθ_i), or broadcastable to (..., seq, rotary_dim//2), e.g. (batch, 1, seq, r/2)
+    cos:Tensor,        # (seq, rotary_dim//2) cos(mθ_i), or broadcastable, e.g. (batch, 1, seq, r/2)
     sin:Tensor,        # sin(mθ_i), same shape as `cos`
     interleaved=False, # pair features (2i, 2i+1) instead of (i, i + rotary_dim/2)
 )->Tensor:             # `x` with its first `rotary_dim` features rotated, same shape and dtype
-    "Rotate the feature pairs of `x` by the angles whose cos/sin are given; the last `head_dim - rotary_dim` features pass through"
+    "Rotate the feature pairs of `x` by the angles whose cos/sin are given; the rest pass through"
     rotary_dim = _check_rotary_inputs(x, cos, sin)
     xc = x if x.dtype in (torch.float32, torch.float64) else x.float()
     cos, sin = cos.to(xc.dtype), sin.to(xc.dtype)
-    if interleaved and rotary_dim == x.shape[-1] and not torch.compiler.is_compiling() and _complex_viewable(xc):
+    if (interleaved and rotary_dim == x.shape[-1] and not torch.compiler.is_compiling()
+            and _complex_viewable(xc)):
         out = _rotate_complex(xc, torch.complex(cos, sin))
     else: out = _rotate_real(xc, cos, sin, interleaved, rotary_dim)
     return out.to(x.dtype)
@@ -91,7 +95,7 @@ def rotary_matrix_dense(
     dim:int,           # rotary dimension d, even
     base=10000.0,      # θ_i = base^(-2i/d)
 )->Tensor:             # (n, d, d) float64, interleaved pairs (2i, 2i+1)
-    "Blog 003's dense rotary matrices R_{Θ,m} (fixed: positions from 0), in float64"
+    "The blog post's dense rotary matrices R_{Θ,m} (fixed: positions from 0), in float64"
     i = torch.arange(dim//2)
     theta = base ** (-2.0 * i.double() / dim)
     m_theta = positions.double()[:, None] * theta
@@ -105,7 +109,7 @@ def apply_rotary_dense(
     x:Tensor,          # (..., seq, d)
     positions:Tensor,  # (seq,) integer positions
     base=10000.0,
-    interleaved=True,  # False: split-halves pairs, via notebook 00's permutation
+    interleaved=True,  # False: split-halves pairs, via the derivation's permutation
 )->Tensor:             # float64 R_{Θ,m} x (column-vector convention: R @ x, not x @ R)
     "Rotate `x` by explicit dense matrices (reference; O(seq·d²))"
     d = x.shape[-1]
@@ -123,7 +127,7 @@ def apply_rotary_complex(
     positions:Tensor,  # (seq,) integer positions
     base=10000.0,
 )->Tensor:             # float64, interleaved pairs
-    "RoFormer/LLaMA complex form: z_i · e^{i m θ_i} with z_i = x_{2i} + i x_{2i+1}, in complex128 (reference)"
+    "RoFormer/LLaMA complex form: z_i · e^{i m θ_i}, z_i = x_{2i} + i x_{2i+1}, in complex128"
     d = x.shape[-1]
     theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
     angles = positions.double()[:, None] * theta
@@ -133,10 +137,11 @@ def apply_rotary_complex(
 
 # %% ../nbs/02_rope.ipynb #4c7d1d06
 class LabmlRotaryPositionalEmbeddings(nn.Module):
-    "labml's RoPE module (seed 001), re-typed minimally: x (seq, batch, heads, d_full), first `d` features rotated in split halves"
+    "labml's RoPE module, re-typed: x (seq, batch, heads, d_full), first `d` features rotated"
     def __init__(self, d:int, base:int=10_000):
         super().__init__()
-        if d % 2: raise ValueError(f"d must be even (features are rotated in pairs), got {d}")  # the seed's example used d=3
+        if d % 2:  # labml's example used d=3
+            raise ValueError(f"d must be even (features are rotated in pairs), got {d}")
         self.base, self.d, self.cos_cached, self.sin_cached = base, d, None, None
     def _build_cache(self, x):
         if self.cos_cached is not None and x.shape[0] <= self.cos_cached.shape[0]: return
@@ -145,7 +150,8 @@ class LabmlRotaryPositionalEmbeddings(nn.Module):
         seq_idx = torch.arange(seq_len, device=x.device).float()
         idx_theta = torch.einsum('n,d->nd', seq_idx, theta)
         idx_theta2 = torch.cat([idx_theta, idx_theta], dim=1)
-        self.cos_cached, self.sin_cached = idx_theta2.cos()[:, None, None, :], idx_theta2.sin()[:, None, None, :]
+        self.cos_cached = idx_theta2.cos()[:, None, None, :]
+        self.sin_cached = idx_theta2.sin()[:, None, None, :]
     def _neg_half(self, x):
         d_2 = self.d // 2
         return torch.cat([-x[:, :, :, d_2:], x[:, :, :, :d_2]], dim=-1)
@@ -158,7 +164,7 @@ class LabmlRotaryPositionalEmbeddings(nn.Module):
 
 # %% ../nbs/02_rope.ipynb #989cf12e
 def course_sinusoid(seq_len:int, d_k:int, fn=torch.sin)->Tensor:
-    "Seed 000's `generate_sin_embedding`/`generate_cos_embedding` (one function, `fn` = sin or cos): (1, 1, seq_len, d_k)"
+    "The report's `generate_sin_embedding`/`generate_cos_embedding` (`fn`): (1, 1, seq_len, d_k)"
     position = torch.arange(0, seq_len).unsqueeze(1)
     div_term = torch.exp(torch.arange(0, d_k, 2, dtype=torch.float32) * -(math.log(10000.0) / d_k))
     emb = torch.zeros(seq_len, d_k)
@@ -167,7 +173,7 @@ def course_sinusoid(seq_len:int, d_k:int, fn=torch.sin)->Tensor:
     return emb.unsqueeze(0).unsqueeze(0)
 
 def course_apply_rotary_emb(tensor1:Tensor, d_k:int)->Tensor:
-    "Seed 000's `apply_rotary_emb`: tensor1 (batch, heads, seq, d_k) rotated in interleaved pairs via Eq. (4)"
+    "The report's `apply_rotary_emb`: tensor1 (batch, heads, seq, d_k) rotated by Eq. (4)"
     tensor2 = tensor1.clone()
     tensor2[..., 0::2] = -tensor1[..., 1::2]
     tensor2[..., 1::2] = tensor1[..., 0::2]
@@ -179,13 +185,16 @@ def course_apply_rotary_emb(tensor1:Tensor, d_k:int)->Tensor:
 def apply_rotary_(x:Tensor, cos:Tensor, sin:Tensor, interleaved=False)->Tensor:
     "In-place `apply_rotary`: rotates `x` itself and returns it (no autograd through it)"
     rotary_dim = _check_rotary_inputs(x, cos, sin)
-    if x.dtype not in (torch.float32, torch.float64): return x.copy_(apply_rotary(x, cos, sin, interleaved))
+    if x.dtype not in (torch.float32, torch.float64):
+        return x.copy_(apply_rotary(x, cos, sin, interleaved))
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    if interleaved and rotary_dim == x.shape[-1] and not torch.compiler.is_compiling() and _complex_viewable(x):
+    if (interleaved and rotary_dim == x.shape[-1] and not torch.compiler.is_compiling()
+            and _complex_viewable(x)):
         torch.view_as_complex(x.unflatten(-1, (rotary_dim//2, 2))).mul_(torch.complex(cos, sin))
         return x
     half = rotary_dim//2
-    first, second = (slice(0, rotary_dim, 2), slice(1, rotary_dim, 2)) if interleaved else (slice(0, half), slice(half, rotary_dim))
+    if interleaved: first, second = slice(0, rotary_dim, 2), slice(1, rotary_dim, 2)
+    else:           first, second = slice(0, half), slice(half, rotary_dim)
     x1, x2 = x[..., first], x[..., second]
     saved = x1.clone()
     x1.mul_(cos).addcmul_(x2, sin, value=-1)
@@ -196,7 +205,7 @@ def apply_rotary_(x:Tensor, cos:Tensor, sin:Tensor, interleaved=False)->Tensor:
 def rotary_qk(
     q:Tensor,             # (batch, heads_q, seq, head_dim)
     k:Tensor,             # (batch, heads_k, seq, head_dim)
-    cos:Tensor,           # float32 (seq, r/2) or (batch, seq, r/2) aligned rows; or a (table_len, r/2) table if `positions`
+    cos:Tensor,           # float32 rows (seq, r/2) or (batch, seq, r/2); a table if `positions`
     sin:Tensor,           # same shape as `cos`
     positions:Tensor|None=None, # None, or integer (seq,) / (batch, seq) rows of the tables to use
     interleaved=False,    # pair (2i, 2i+1) instead of (i, i + r/2)
@@ -204,9 +213,10 @@ def rotary_qk(
 )->tuple[Tensor, Tensor]: # rotated (q, k)
     "The eager backend: rotate `q` and `k` at the same positions"
     for n, t in (('q', q), ('k', k)):
-        if not isinstance(t, Tensor) or t.ndim != 4: raise ValueError(f"{n} must be a 4-D tensor (batch, heads, seq, head_dim)")
+        if not isinstance(t, Tensor) or t.ndim != 4:
+            raise ValueError(f"{n} must be a 4-D tensor (batch, heads, seq, head_dim)")
     if positions is not None: cos, sin = cos[positions], sin[positions]
-    if cos.ndim == 3: cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (batch, 1, seq, r/2): broadcast over heads
+    if cos.ndim == 3: cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (batch, 1, seq, r/2)
     rotate = apply_rotary_ if inplace else apply_rotary
     return rotate(q, cos, sin, interleaved), rotate(k, cos, sin, interleaved)
 
@@ -238,6 +248,21 @@ def _check_attention_factor(a):
         raise ValueError(f"attention_factor must be None or a positive finite number, got {a!r}")
     return float(a)
 
+def _check_rotary_embedding_args(dim, rotary_dim, max_seq_len, seq_dim, backend, scaling, scaling_options, attention_factor):
+    "Raise `TypeError`/`ValueError`, naming the argument, unless `RotaryEmbedding`'s arguments are valid"
+    _check_even('dim', dim)
+    if rotary_dim is not None: _check_even('rotary_dim', rotary_dim, ('dim', dim))
+    if max_seq_len is not None and (isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len <= 0):
+        raise ValueError(f"max_seq_len must be None or a positive int, got {max_seq_len!r}")
+    if isinstance(seq_dim, bool) or seq_dim not in _SEQ_DIMS:
+        raise ValueError(f"seq_dim must be -2 (batch, heads, seq, d), 1 (batch, seq, heads, d) or 0 (seq, batch, heads, d), got {seq_dim!r}")
+    if not isinstance(backend, str): raise TypeError(f"backend must be a str, got {type(backend).__name__}")
+    if scaling_options is not None and not isinstance(scaling_options, dict):
+        raise TypeError(f"scaling_options must be None or a dict of keyword options of the scaling variant, got {type(scaling_options).__name__}")
+    if scaling is None and scaling_options:
+        raise TypeError(f"scaling_options {sorted(scaling_options)} need a scaling variant (e.g. scaling='yarn'), got scaling=None")
+    if attention_factor is not None: _check_attention_factor(attention_factor)
+
 def _default_attention_factor(scaling, max_seq_len, options:dict)->float:
     "YaRN's √(1/t) = 0.1 ln s + 1 for scaling='yarn' (s = factor, or max_seq_len / original_max_seq_len), else 1"
     if scaling != 'yarn': return 1.0
@@ -246,39 +271,36 @@ def _default_attention_factor(scaling, max_seq_len, options:dict)->float:
     if s is None: s = max_seq_len / options['original_max_seq_len']  # rope_frequencies has checked that both exist
     return yarn_attention_factor(s)
 
+# %% ../nbs/02_rope.ipynb #dcf95a5d
 class RotaryEmbedding(nn.Module):
     "Rotary position embedding of queries and keys, with a float32 cos/sin cache of float64 angles"
     def __init__(self,
         dim:int,                # head_dim: the last dimension of q and k
         base:float=10000.0,     # θ_i = base^(-2i/rotary_dim)
-        interleaved=False,      # pair (2i, 2i+1) (RoFormer/LLaMA) instead of (i, i + rotary_dim/2) (NeoX/HF)
+        interleaved=False,      # (2i, 2i+1) (RoFormer/LLaMA), not (i, i + rotary_dim/2) (NeoX/HF)
         rotary_dim:int|None=None, # features rotated (the first ones), even, <= dim; default dim
-        max_seq_len:int|None=None, # cache this many positions up front (and pass it to `rope_frequencies`)
+        max_seq_len:int|None=None, # positions to cache up front (also given to `rope_frequencies`)
         scaling:str|None=None,  # frequency variant, passed to `rope_frequencies`
-        scaling_options:dict|None=None, # keyword options of the variant, e.g. dict(factor=8, original_max_seq_len=4096)
-        attention_factor:float|None=None, # multiplies cos and sin (scores by its square); None: YaRN's √(1/t) for 'yarn', else 1
-        seq_dim:int=-2,         # -2: (batch, heads, seq, d); 1: (batch, seq, heads, d); 0: labml's (seq, batch, heads, d)
+        scaling_options:dict|None=None, # e.g. dict(factor=8, original_max_seq_len=4096)
+        attention_factor:float|None=None, # multiplies cos, sin; None: YaRN's √(1/t), or 1
+        seq_dim:int=-2,         # -2: (batch, heads, seq, d); 1: (b, seq, h, d); 0: (seq, b, h, d)
         backend:str='auto',     # 'eager', 'auto' (fused kernels where available) or a kernel name
-        validate_positions=False, # check tensor positions on the host (one sync per call, a ValueError) on every device
+        validate_positions=False, # check tensor positions on the host (one sync per call)
     ):
         super().__init__()
-        self.dim = _check_even('dim', dim)
-        self.rotary_dim = dim if rotary_dim is None else _check_even('rotary_dim', rotary_dim, ('dim', dim))
-        if max_seq_len is not None and (isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len <= 0):
-            raise ValueError(f"max_seq_len must be None or a positive int, got {max_seq_len!r}")
-        if isinstance(seq_dim, bool) or seq_dim not in _SEQ_DIMS:
-            raise ValueError(f"seq_dim must be -2 (batch, heads, seq, d), 1 (batch, seq, heads, d) or 0 (seq, batch, heads, d), got {seq_dim!r}")
-        if not isinstance(backend, str): raise TypeError(f"backend must be a str, got {type(backend).__name__}")
-        if scaling_options is not None and not isinstance(scaling_options, dict):
-            raise TypeError(f"scaling_options must be None or a dict of keyword options of the scaling variant, got {type(scaling_options).__name__}")
-        if scaling is None and scaling_options:
-            raise TypeError(f"scaling_options {sorted(scaling_options)} need a scaling variant (e.g. scaling='yarn'), got scaling=None")
-        if attention_factor is not None: _check_attention_factor(attention_factor)
-        self.base, self.interleaved, self.max_seq_len, self.scaling = base, bool(interleaved), max_seq_len, scaling
-        self.scaling_options, self.seq_dim, self.backend = dict(scaling_options or {}), _SEQ_DIMS[seq_dim], backend
-        self._inv_freq64 = rope_frequencies(self.rotary_dim, base, scaling=scaling, max_seq_len=max_seq_len, dtype=torch.float64, **self.scaling_options)
-        self.attention_factor = float(_default_attention_factor(scaling, max_seq_len, self.scaling_options) if attention_factor is None else attention_factor)
-        self._dynamic = scaling == 'dynamic_ntk'   # recompute θ when the cache grows past the original length
+        _check_rotary_embedding_args(dim, rotary_dim, max_seq_len, seq_dim, backend, scaling,
+                                     scaling_options, attention_factor)
+        self.dim, self.rotary_dim = dim, dim if rotary_dim is None else rotary_dim
+        self.base, self.interleaved, self.max_seq_len = base, bool(interleaved), max_seq_len
+        self.scaling, self.scaling_options = scaling, dict(scaling_options or {})
+        self.seq_dim, self.backend = _SEQ_DIMS[seq_dim], backend
+        self._inv_freq64 = rope_frequencies(self.rotary_dim, base, scaling=scaling,
+                                            max_seq_len=max_seq_len, dtype=torch.float64,
+                                            **self.scaling_options)
+        if attention_factor is None:
+            attention_factor = _default_attention_factor(scaling, max_seq_len, self.scaling_options)
+        self.attention_factor = float(attention_factor)
+        self._dynamic = scaling == 'dynamic_ntk'   # recompute θ when the cache grows past L_0
         self.register_buffer('inv_freq', self._inv_freq64.clone(), persistent=False)
         self.register_buffer('cos_cached', torch.empty(0, self.rotary_dim//2), persistent=False)
         self.register_buffer('sin_cached', torch.empty(0, self.rotary_dim//2), persistent=False)
@@ -286,11 +308,12 @@ class RotaryEmbedding(nn.Module):
         if max_seq_len: self._build(max_seq_len)
 
     def _build(self, length:int):
-        "(Re)compute the cache for positions 0..length-1 on the buffers' device, outside inference mode"
+        "(Re)compute the cache for positions 0..length-1 on the buffers' device, outside inference"
         with torch.inference_mode(False), torch.no_grad():
             device = self.inv_freq.device
             self.inv_freq = self._inv_freq64.to(device)
-            self.cos_cached, self.sin_cached = self._scaled(*rotary_cos_sin(torch.arange(length, device=device), self.inv_freq))
+            cos_sin = rotary_cos_sin(torch.arange(length, device=device), self.inv_freq)
+            self.cos_cached, self.sin_cached = self._scaled(*cos_sin)
         self.n_builds += 1
 
     def _scaled(self, cos:Tensor, sin:Tensor)->tuple[Tensor, Tensor]:
@@ -299,15 +322,17 @@ class RotaryEmbedding(nn.Module):
         return (cos, sin) if a == 1.0 else (cos * a, sin * a)
 
     def _apply(self, fn, *args, **kwargs):
-        "After `.to()`/`.cuda()`/`.half()`: keep the buffers' new device but restore float64 θ and float32 tables"
+        "After `.to()`/`.cuda()`/`.half()`: keep the new device; float64 θ and float32 tables again"
         super()._apply(fn, *args, **kwargs)
         self._build(len(self.cos_cached))
         return self
 
-    def extra_repr(self):
-        return (f"dim={self.dim}, rotary_dim={self.rotary_dim}, base={self.base}, interleaved={self.interleaved}, "
-                f"seq_dim={self.seq_dim}, backend={self.backend!r}, cached={len(self.cos_cached)}"
-                + (f", scaling={self.scaling!r}, scaling_options={self.scaling_options}, attention_factor={self.attention_factor:g}" if self.scaling else ""))
+# %% ../nbs/02_rope.ipynb #089b344b
+@patch
+def extra_repr(self:RotaryEmbedding):
+    return (f"dim={self.dim}, rotary_dim={self.rotary_dim}, base={self.base}, interleaved={self.interleaved}, "
+            f"seq_dim={self.seq_dim}, backend={self.backend!r}, cached={len(self.cos_cached)}"
+            + (f", scaling={self.scaling!r}, scaling_options={self.scaling_options}, attention_factor={self.attention_factor:g}" if self.scaling else ""))
 
 # %% ../nbs/02_rope.ipynb #ee93b904
 @patch
@@ -416,20 +441,26 @@ def _backend_fn(self:RotaryEmbedding, device_type:str):
     if fn is None: fn = self._backends[device_type] = resolve_backend(self.backend, device_type)
     return fn
 
-# %% ../nbs/02_rope.ipynb #befdcb0c
 @patch
-def forward(self:RotaryEmbedding,
-    q:Tensor,                   # queries in the module's layout, e.g. (batch, heads_q, seq, dim)
-    k:Tensor,                   # keys, same layout; heads may differ from q's (GQA/MQA)
-    positions:Tensor|None=None, # integer (seq,) or (batch, seq); default 0..seq-1; >= 0 (and < the table with max_seq_len): see below
-    offset:int|Tensor=0,        # added to every position: int, or integer tensor (batch,)
-)->tuple[Tensor, Tensor]:       # rotated (q, k), same shapes, dtypes and layout
-    "Rotate `q` and `k` at their positions"
+def _qk_as_bhsd(self:RotaryEmbedding, q, k):
+    "`q` and `k` as (batch, heads, seq, head_dim) views, after checking that they fit together"
     qb, kb = self._as_bhsd(q, 'q'), self._as_bhsd(k, 'k')
     if k.device != q.device: raise ValueError(f"k must be on q's device {q.device}, got k on {k.device}")
     if kb.shape[0] != qb.shape[0] or kb.shape[2] != qb.shape[2]:
         raise ValueError(f"q and k must have the same batch and seq sizes, got q {tuple(q.shape)} and k {tuple(k.shape)} (seq_dim={self.seq_dim})")
     if q.dtype != k.dtype: raise TypeError(f"q and k must have the same dtype, got {q.dtype} and {k.dtype}")
+    return qb, kb
+
+# %% ../nbs/02_rope.ipynb #befdcb0c
+@patch
+def forward(self:RotaryEmbedding,
+    q:Tensor,                   # queries in the module's layout, e.g. (batch, heads_q, seq, dim)
+    k:Tensor,                   # keys, same layout; heads may differ from q's (GQA/MQA)
+    positions:Tensor|None=None, # integer (seq,) or (batch, seq); default 0..seq-1; >= 0: see above
+    offset:int|Tensor=0,        # added to every position: int, or integer tensor (batch,)
+)->tuple[Tensor, Tensor]:       # rotated (q, k), same shapes, dtypes and layout
+    "Rotate `q` and `k` at their positions"
+    qb, kb = self._qk_as_bhsd(q, k)           # checked views as (batch, heads, seq, head_dim)
     cos, sin = self.cos_sin(qb.shape[2], positions, offset, qb.shape[0], q.device, q.dtype)
     qr, kr = self._backend_fn(q.device.type)(qb, kb, cos, sin, interleaved=self.interleaved)
     back = _FROM_BHSD[self.seq_dim]
@@ -465,3 +496,71 @@ def set_frequencies(self:RotaryEmbedding,
     self._inv_freq64, self.attention_factor, self._dynamic = inv_freq, _check_attention_factor(attention_factor), False
     self._build(len(self.cos_cached))
     return self
+
+# %% ../nbs/02_rope.ipynb #c3a5c4f9
+def _check_cu_seqlens(cu_seqlens, total:int, offsets=None):
+    "Raise a one-line error unless `cu_seqlens` (and `offsets`) describe `total` packed tokens"
+    if not isinstance(cu_seqlens, Tensor):
+        raise TypeError(f"cu_seqlens must be an int32 tensor (n+1,), got {type(cu_seqlens).__name__}")
+    if cu_seqlens.dtype not in (torch.int32, torch.int64) or cu_seqlens.ndim != 1 or len(cu_seqlens) < 2:
+        raise TypeError(f"cu_seqlens must be an int32 (or int64) tensor of shape (n+1,), n >= 1, "
+                        f"got {cu_seqlens.dtype} of shape {tuple(cu_seqlens.shape)}")
+    cu = cu_seqlens.tolist()          # n+1 numbers (on CUDA: one small copy to the host)
+    if cu[0] != 0: raise ValueError(f"cu_seqlens must start at 0, got {cu[0]}")
+    drop = next((i for i in range(1, len(cu)) if cu[i] < cu[i - 1]), None)
+    if drop is not None:
+        raise ValueError(f"cu_seqlens must not decrease (cumulative lengths), "
+                         f"got cu_seqlens[{drop}] = {cu[drop]} < cu_seqlens[{drop - 1}] = {cu[drop - 1]}")
+    if cu[-1] != total:
+        raise ValueError(f"cu_seqlens[-1] = {cu[-1]} must equal the number of packed tokens, {total}")
+    if offsets is not None:
+        n = len(cu) - 1
+        if not isinstance(offsets, Tensor) or offsets.dtype.is_floating_point or offsets.dtype == torch.bool \
+           or tuple(offsets.shape) != (n,):
+            raise TypeError(f"offsets must be None or an integer tensor of shape (n,) = ({n},), got "
+                            f"{getattr(offsets, 'dtype', type(offsets).__name__)} of shape "
+                            f"{tuple(getattr(offsets, 'shape', ()))}")
+        if bool((offsets < 0).any()): raise ValueError("offsets must be non-negative")
+
+def _check_varlen_qk(q, k, dim:int):
+    "Raise a one-line error unless `q` and `k` are packed (total_tokens, heads, `dim`) tensors that fit together"
+    for name, x in (('q', q), ('k', k)):
+        if not isinstance(x, Tensor) or x.ndim != 3:
+            raise ValueError(f"{name} must be a 3-D tensor (total_tokens, heads, head_dim) for varlen, "
+                             f"got {tuple(getattr(x, 'shape', ())) or type(x).__name__}")
+        if not x.is_floating_point(): raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+        if x.shape[-1] != dim: raise ValueError(f"{name}.shape[-1] = {x.shape[-1]} must equal head_dim dim={dim}")
+    if k.shape[0] != q.shape[0]:
+        raise ValueError(f"q and k must hold the same number of tokens, got {q.shape[0]} and {k.shape[0]}")
+    if k.device != q.device: raise ValueError(f"k must be on q's device {q.device}, got k on {k.device}")
+    if q.dtype != k.dtype: raise TypeError(f"q and k must have the same dtype, got {q.dtype} and {k.dtype}")
+
+# %% ../nbs/02_rope.ipynb #1631ff87
+def varlen_positions(
+    cu_seqlens:Tensor,        # int32 (n+1,): sequence i is tokens cu_seqlens[i] .. cu_seqlens[i+1]-1
+    total:int,                # number of packed tokens; must equal cu_seqlens[-1]
+    offsets:Tensor|None=None, # integer (n,): position of each sequence's first token (default 0)
+)->Tensor:                    # int64 (total,): each token's position within its own sequence
+    "Positions of a packed batch: they restart at each sequence (at `offsets[i]` if given)"
+    _check_cu_seqlens(cu_seqlens, total, offsets)
+    starts, device = cu_seqlens[:-1].long(), cu_seqlens.device
+    sequence = torch.repeat_interleave(torch.arange(len(starts), device=device), cu_seqlens.diff().long(),
+                                       output_size=total)           # which sequence each token is in
+    positions = torch.arange(total, device=device) - starts[sequence]
+    return positions if offsets is None else positions + offsets.to(device).long()[sequence]
+
+# %% ../nbs/02_rope.ipynb #cd121f1e
+@patch
+def varlen(self:RotaryEmbedding,
+    q:Tensor,                 # (total_tokens, heads_q, head_dim): the sequences packed end to end
+    k:Tensor,                 # (total_tokens, heads_k, head_dim)
+    cu_seqlens:Tensor,        # int32 (n+1,): sequence i is tokens cu_seqlens[i] .. cu_seqlens[i+1]-1
+    offsets:Tensor|None=None, # integer (n,): position of each sequence's first token (default 0)
+)->tuple[Tensor, Tensor]:     # rotated (q, k), same shapes and dtypes
+    "Rotate a packed batch in flash-attn's varlen layout: positions restart at every sequence"
+    _check_varlen_qk(q, k, self.dim)
+    qb, kb = q.transpose(0, 1)[None], k.transpose(0, 1)[None]   # (1, heads, total, d) views, any seq_dim
+    positions = varlen_positions(cu_seqlens, q.shape[0], offsets)
+    cos, sin = self.cos_sin(q.shape[0], positions[None], 0, 1, q.device, q.dtype)
+    qr, kr = self._backend_fn(q.device.type)(qb, kb, cos, sin, interleaved=self.interleaved)
+    return qr[0].transpose(0, 1), kr[0].transpose(0, 1)

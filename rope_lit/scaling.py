@@ -57,7 +57,7 @@ def ntk_frequencies(
     factor:float|None=None,        # s; default max_seq_len / original_max_seq_len
     original_max_seq_len:int|None=None, # training context L_0
 )->Tensor:                         # (d//2,) θ_i · s^(-2i/(d-2)), i.e. base b·s^(d/(d-2))
-    "NTK-aware scaling: the base raised to b·s^(d/(d-2)), so the slowest pair is divided by s and the fastest kept"
+    "NTK-aware scaling: the base raised to b·s^(d/(d-2)): slowest pair divided by s, fastest kept"
     s, _ = _scale_and_original(max_seq_len, factor, original_max_seq_len, 'ntk')
     half = len(inv_freq)
     if half < 2: return inv_freq / s  # d = 2: the only pair is the slowest one
@@ -72,10 +72,12 @@ def dynamic_ntk_frequencies(
     max_seq_len:int|None=None,     # default for `seq_len`
     original_max_seq_len:int|None=None, # training context L_0 (required)
     factor:float=1.0,              # s (1: s_ℓ = ℓ/L_0)
-    seq_len:int|None=None,         # current length ℓ; default max_seq_len; ℓ <= L_0 leaves θ unchanged
+    seq_len:int|None=None,         # current length ℓ (default max_seq_len); ℓ <= L_0: θ unchanged
 )->Tensor:                         # (d//2,) NTK frequencies for s_ℓ = max(1, s·ℓ/L_0 - (s-1))
     "Dynamic NTK scaling: NTK-aware scaling with a factor grown from the current sequence length"
-    if original_max_seq_len is None: raise ValueError("scaling='dynamic_ntk' needs original_max_seq_len (the training context L_0)")
+    if original_max_seq_len is None:
+        raise ValueError("scaling='dynamic_ntk' needs original_max_seq_len "
+                         "(the training context L_0)")
     s, L0 = _scale_and_original(None, factor, original_max_seq_len, 'dynamic_ntk')
     length = max_seq_len if seq_len is None else seq_len
     if length is None or length <= L0: return inv_freq.clone()
@@ -98,9 +100,11 @@ def _yarn_ramp(inv_freq, L0, beta_fast, beta_slow, ramp, truncate):
     "1 - γ_i: 0 for pairs kept (fast), 1 for pairs fully interpolated (slow)"
     if ramp == 'rotations':
         turns = L0 * inv_freq / (2 * math.pi)
-        return ((turns - beta_fast) / (beta_slow - beta_fast)).clamp(0, 1)  # 0 above beta_fast, 1 below beta_slow
+        # 0 above beta_fast, 1 below beta_slow
+        return ((turns - beta_fast) / (beta_slow - beta_fast)).clamp(0, 1)
     half = len(inv_freq)
-    if half < 2: raise ValueError("scaling='yarn' with ramp='index' needs at least 2 pairs (dim >= 4)")
+    if half < 2:
+        raise ValueError("scaling='yarn' with ramp='index' needs at least 2 pairs (dim >= 4)")
     step = math.log(inv_freq[0] / inv_freq[1])  # 2 ln b / d for geometric frequencies
     index = lambda r: math.log(inv_freq[0].item() * L0 / (2 * math.pi * r)) / step
     low, high = index(beta_fast), index(beta_slow)
@@ -118,13 +122,17 @@ def yarn_frequencies(
     original_max_seq_len:int|None=None, # training context L_0; default max_seq_len / factor
     beta_fast:float=32.0,          # β: pairs turning more than β times over L_0 are kept
     beta_slow:float=1.0,           # α: pairs turning less than α times over L_0 are divided by s
-    ramp:str='index',              # 'index' (authors' code, transformers) or 'rotations' (the paper's γ(r))
-    truncate:bool=True,            # 'index': round the ramp's ends outwards, as the reference code does
+    ramp:str='index',              # 'index' (authors' code) or 'rotations' (the paper's γ(r))
+    truncate:bool=True,            # 'index': round the ramp's ends outwards, as the authors' code
 )->Tensor:                         # (d//2,) (1-γ_i)·θ_i/s + γ_i·θ_i
-    "YaRN's frequencies ('NTK-by-parts'): fast pairs kept, slow pairs interpolated by s, a linear ramp between"
-    s, L0 = _scale_and_original(max_seq_len, factor, original_max_seq_len, 'yarn', need_original=True)
-    if ramp not in ('index', 'rotations'): raise ValueError(f"ramp must be 'index' or 'rotations', got {ramp!r}")
-    if not 0 < beta_slow < beta_fast: raise ValueError(f"need 0 < beta_slow < beta_fast, got beta_slow={beta_slow!r}, beta_fast={beta_fast!r}")
+    "YaRN's frequencies ('NTK-by-parts'): fast pairs kept, slow ones divided by s, a ramp between"
+    s, L0 = _scale_and_original(max_seq_len, factor, original_max_seq_len, 'yarn',
+                                need_original=True)
+    if ramp not in ('index', 'rotations'):
+        raise ValueError(f"ramp must be 'index' or 'rotations', got {ramp!r}")
+    if not 0 < beta_slow < beta_fast:
+        raise ValueError(f"need 0 < beta_slow < beta_fast, "
+                         f"got beta_slow={beta_slow!r}, beta_fast={beta_fast!r}")
     interpolated = _yarn_ramp(inv_freq, L0, beta_fast, beta_slow, ramp, truncate)  # 1 - γ_i
     return interpolated * inv_freq / s + (1 - interpolated) * inv_freq
 
@@ -136,14 +144,16 @@ def llama3_frequencies(
     *,
     max_seq_len:int|None=None,     # target context L
     factor:float|None=None,        # s (8 in Llama 3.1); default max_seq_len / original_max_seq_len
-    original_max_seq_len:int|None=None, # training context L_0 (8192 in Llama 3.1); default max_seq_len / factor
+    original_max_seq_len:int|None=None, # training context L_0 (8192 in Llama 3.1); default L / s
     low_freq_factor:float=1.0,     # ℓ: wavelengths above L_0/ℓ are divided by s
     high_freq_factor:float=4.0,    # h: wavelengths below L_0/h are kept
 )->Tensor:                         # (d//2,) Llama 3.1's scaled frequencies
-    "Llama 3.1's frequency scaling: keep short wavelengths, divide long ones by s, interpolate smoothly between"
-    s, L0 = _scale_and_original(max_seq_len, factor, original_max_seq_len, 'llama3', need_original=True)
+    "Llama 3.1's frequency scaling: keep short wavelengths, divide long ones by s, blend between"
+    s, L0 = _scale_and_original(max_seq_len, factor, original_max_seq_len, 'llama3',
+                                need_original=True)
     if not 0 < low_freq_factor < high_freq_factor:
-        raise ValueError(f"need 0 < low_freq_factor < high_freq_factor, got {low_freq_factor!r} and {high_freq_factor!r}")
+        raise ValueError(f"need 0 < low_freq_factor < high_freq_factor, "
+                         f"got {low_freq_factor!r} and {high_freq_factor!r}")
     wavelen = 2 * math.pi / inv_freq
     smooth = ((L0 / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)).clamp(0, 1)
     return (1 - smooth) * inv_freq / s + smooth * inv_freq

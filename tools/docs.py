@@ -9,11 +9,22 @@
   python tools/docs.py check [--out _offline_docs] [--install] [PATH ...]
       Process every notebook as nbdev does for Quarto, render each page to HTML with Debian's pandoc
       and a local KaTeX (the site's `html-math-method: katex`), open it in headless Chromium and fail
-      on raw LaTeX left in the text, a missing image, a Python traceback in an output, an empty page
-      or an external request. Saves screenshots of the index and the `00_*` pages.
+      on what a reader of the page could not use:
+        - raw LaTeX left in the text, a missing image, a Python traceback, an empty page, an external request;
+        - words a reader outside the project cannot resolve (internal work items, source documents named by
+          file, unnamed hardware, absolute local paths) in the prose or the outputs;
+        - raw dumps in outputs: Python reprs, logs (stderr, HTTP logs, progress bars), dict/list reprs,
+          --help dumps, long text outputs;
+        - figures under 150 dpi, or shown so much smaller than their size that the labels shrink;
+        - a page whose exported code is all hidden (`#| export` only, no `#| exports`);
+        - code/output blocks, tables or display equations wider than the column; lists rendered inline;
+        - with no PATH given, the site as a whole: pages missing from the sidebar's chapters (orphans) and
+          sidebar entries with no page.
+      Saves screenshots of the index and the `00_*` pages.
       Needs: apt-get install -y chromium pandoc libjs-katex   (or pass --install)
   python tools/docs.py selftest
-      Feed the checker scratch notebooks with known faults and confirm each one is caught.
+      Feed the checker scratch notebooks (and a scratch site) with each of those faults and confirm each one
+      is caught, and that a good page passes.
 """
 import argparse, base64, difflib, html, json, os, re, shutil, subprocess, sys, tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -290,6 +301,7 @@ _CSS = '''body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans
 nav.sidebar { width: 15rem; flex: none; padding: 1rem; border-right: 1px solid #dee2e6; font-size: 0.9rem; }
 nav.sidebar a { display: block; color: #2780e3; text-decoration: none; margin: 0.3rem 0; }
 nav.sidebar a.active { font-weight: bold; }
+nav.sidebar .section { font-weight: 600; color: #495057; margin: 0.9rem 0 0.2rem; text-transform: uppercase; font-size: 0.75rem; }
 #page { flex: 1; min-width: 0; max-width: 56rem; padding: 1rem 2rem; overflow-x: hidden; }
 h1.title { margin-bottom: 0.2rem; }
 pre { background: #f8f9fa; padding: 0.6rem; overflow-x: auto; font-size: 0.85rem; }
@@ -324,6 +336,22 @@ window.addEventListener('load', function () { setTimeout(function () {
   r.external = performance.getEntriesByType('resource').map(function (e) { return e.name; })
                           .filter(function (n) { return !/^(file|data|blob|about):/.test(n); });
   r.height = Math.max(document.documentElement.scrollHeight, document.body.scrollHeight);
+  // what does not fit the column: code/output blocks that scroll sideways, tables and display math wider than it
+  var col = main.clientWidth;
+  function excerpt(e) { return (e.textContent || '').trim().split('\n')[0].slice(0, 80); }
+  r.wideBlocks = Array.from(main.querySelectorAll('pre')).filter(function (e) { return e.scrollWidth > e.clientWidth + 2; })
+                      .map(function (e) { return {px: e.scrollWidth, col: e.clientWidth, text: excerpt(e)}; });
+  r.wideTables = Array.from(main.querySelectorAll('table')).filter(function (e) {
+                      return Math.max(e.scrollWidth, e.getBoundingClientRect().width) > col + 2; })
+                      .map(function (e) { return {px: Math.round(e.getBoundingClientRect().width), col: col, text: excerpt(e)}; });
+  r.wideMath = Array.from(main.querySelectorAll('.katex-display')).filter(function (e) {
+                      var k = e.querySelector('.katex'); return e.scrollWidth > e.clientWidth + 2 || (k && k.getBoundingClientRect().width > col + 2); })
+                      .map(function (e) { return {px: e.scrollWidth, col: col, text: excerpt(e.querySelector('annotation') || e)}; });
+  // a list that pandoc ran into the paragraph before it (no blank line): its items stay in the paragraph's text
+  r.inlineLists = Array.from(main.querySelectorAll('p')).filter(function (e) {
+                      return /\n\s*([-*+]|\d+\.)\s+\S/.test(e.textContent); }).map(function (e) { return e.textContent.slice(0, 100); });
+  r.imageSizes = Array.from(main.querySelectorAll('img')).map(function (i) {
+                      return {src: i.getAttribute('src'), natural: i.naturalWidth, shown: i.getBoundingClientRect().width}; });
   var s = document.createElement('script'); s.type = 'application/json'; s.id = 'docscheck';
   s.textContent = JSON.stringify(r).replace(/</g, '\\u003c');
   document.body.appendChild(s);
@@ -350,16 +378,165 @@ def raw_tex(text):
             found.append((kind, ' '.join(text[s:m.end() + 30].split())))
     return found
 
+# ---------------------------------------------------------------------------------------------
+# 4a. What a reader outside the project cannot use: internal words, raw dumps, small figures, hidden code
+
+# Words a reader of the site cannot resolve (the same classes as the team's reader lint, and a few more).
+READER_WORDS = [
+    (re.compile(r"\b[Ii]ssues? ?#?\d+\b|\bthe issue'?s\b|\bissue'?s targets\b"), 'an internal work item ("issue 6")'),
+    (re.compile(r'\bseeds? 00\d\b|shared/seeds|\bseeds/'), 'a source document named by its file ("seed 000"): cite title, author, year'),
+    (re.compile(r'this machine|dev(elopment)? (VM|CPU|machine)|\blent\b|this VM'), 'unnamed hardware ("this machine"): name it'),
+    (re.compile(r'(?<![\w.])/(tmp|work|root|home)/'), 'an absolute local path'),
+]
+# Raw reprs and logs in an output: the output is not for reading.
+DUMPS = [
+    (re.compile(r'CompletedProcess\(|PosixPath\(|WindowsPath\(|\bNamespace\(\w+=|<[\w.]+ object at 0x[0-9a-f]+>'), 'a raw Python repr'),
+    (re.compile(r'"(GET|POST|HEAD) /[^"]*" \d{3}|\s-\s-\s\[\d'), 'an HTTP server log'),
+    (re.compile(r'(?m)^(INFO|DEBUG|WARNING|ERROR|CRITICAL)[:\s]|^\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d[^\n]*\b(INFO|DEBUG|WARNING)\b'), 'log lines'),
+    (re.compile(r'\d+%\|[^\n]*\|[^\n]*(it/s|s/it)'), 'a progress bar'),
+]
+
+def _out_text(o):
+    if o['output_type'] == 'stream': return _text(o.get('text', ''))
+    d = o.get('data', {})
+    return _text(d.get('text/plain', '')) if not any(m in d for m in ('text/html', 'text/markdown', 'image/png', 'image/svg+xml', 'image/jpeg')) else ''
+
+def reader_faults(nb):
+    """Problems a reader meets in processed notebook `nb` (hidden cells already removed): internal words in the prose
+    and outputs, raw reprs, logs, stderr output and long unexplained text dumps"""
+    probs, words = [], {}
+    def look(t, where):
+        for rx, what in READER_WORDS:
+            for m in rx.finditer(t): words.setdefault(what, []).append(f'{where}: "{m.group(0)}"')
+    for ci, c in enumerate(nb['cells'], 1):
+        src = _text(c.get('source', ''))
+        if c['cell_type'] == 'markdown': look(src, f'cell {ci}'); continue
+        if c['cell_type'] != 'code': continue
+        opts, _ = _cell_opts(src)
+        if opts.get('include') is False or opts.get('output') is False: continue
+        for o in c.get('outputs', []):
+            d = o.get('data', {})
+            t = _out_text(o)
+            look(t + _text(d.get('text/markdown', '')) + _text(d.get('text/html', '')), f'cell {ci} output')
+            if o['output_type'] == 'stream' and o.get('name') == 'stderr' and t.strip():
+                probs.append(f'log on stderr shown (cell {ci}): "{t.strip().splitlines()[0][:80]}"')
+            for rx, what in DUMPS:
+                m = rx.search(t)
+                if m: probs.append(f'{what} in an output (cell {ci}): "{m.group(0)[:60]}"')
+            lines = t.rstrip().splitlines()
+            if o['output_type'] != 'stream' and len(lines) >= 4 and re.match(r'^[\[{(]', t.lstrip()) and \
+               re.search(r"['\"][\w ./-]+['\"]\s*:|\{'|\(\[|\[\(", t):
+                probs.append(f'a raw dict/list repr of {len(lines)} lines (cell {ci}): "{lines[0][:60]}"')
+            elif re.search(r'(?m)^usage: ', t) and len(lines) > 15:
+                probs.append(f'a {len(lines)}-line --help dump (cell {ci})')
+            elif len(lines) > 40 and opts.get('output') != 'asis':
+                probs.append(f'a {len(lines)}-line text output (cell {ci}): summarise it as a table or figure')
+    for what, hits in words.items():
+        probs.append(f'{what}: {len(hits)} place(s), e.g. ' + '; '.join(hits[:3]))
+    return probs
+
+def export_faults(raw):
+    "A page that exports code but shows none of it (nbdev's `#| export` hides the source; `#| exports` shows it)"
+    hidden = shown = 0
+    for c in raw['cells']:
+        if c['cell_type'] != 'code': continue
+        for l in _text(c.get('source', '')).splitlines():
+            m = re.match(r'^#\|\s*(export|exporti|exports)\s*$', l.strip())
+            if m: shown += m.group(1) == 'exports'; hidden += m.group(1) != 'exports'; break
+    if hidden and not shown:
+        return [f'all {hidden} exported cells are hidden (`#| export`): show the code the page explains with `#| exports`']
+    return []
+
+def png_dpi(b):
+    "The resolution a PNG records (its pHYs chunk), in dots per inch; None if it records none"
+    import struct
+    if not b.startswith(b'\x89PNG'): return None
+    i = 8
+    while i + 8 <= len(b):
+        n, kind = struct.unpack('>I4s', b[i:i + 8])
+        if kind == b'pHYs':
+            x, y, unit = struct.unpack('>IIB', b[i + 8:i + 17])
+            return round(x * 0.0254) if unit == 1 else None
+        if kind == b'IDAT': return None   # pHYs must come before the image data
+        i += 12 + n
+    return None
+
+MIN_DPI, MIN_SHOWN_DPI = 150, 75
+
+def image_faults(name, b, shown=None, natural=None):
+    "A figure below MIN_DPI, or shown so much smaller than its size that its labels shrink below MIN_SHOWN_DPI"
+    if not name.lower().endswith('.png'): return []
+    dpi = png_dpi(b)
+    if dpi is None or dpi < MIN_DPI - 1:
+        return [f'figure below {MIN_DPI} dpi ({dpi or "no"} dpi recorded): {name}']
+    if shown and natural and dpi * shown / natural < MIN_SHOWN_DPI:
+        return [f'figure shown at {shown / natural:.0%} of its size, so its labels shrink to {dpi * shown / natural:.0f} dpi: '
+                f'{name} (make it narrower)']
+    return []
+
+# ---------------------------------------------------------------------------------------------
+# 4b. The site as a whole: chapters in the sidebar, no page outside them
+
+def _sidebar_entries(node):
+    if isinstance(node, str): yield node
+    elif isinstance(node, list):
+        for n in node: yield from _sidebar_entries(n)
+    elif isinstance(node, dict):
+        if 'href' in node: yield node['href']
+        for k in ('contents', 'sidebar'): 
+            if k in node: yield from _sidebar_entries(node[k])
+
+def sidebar_sections(nbs):
+    "The sidebar's chapters as [(title, [file, ...]), ...] from `nbs`/sidebar.yml (nbdev's custom sidebar)"
+    import yaml
+    f = Path(nbs)/'sidebar.yml'
+    if not f.exists(): return None
+    sb = (yaml.safe_load(f.read_text()) or {}).get('website', {}).get('sidebar', {})
+    out = []
+    for item in sb.get('contents', []):
+        if isinstance(item, dict) and 'section' in item: out.append((item['section'], list(_sidebar_entries(item.get('contents', [])))))
+        else: out.append((None, list(_sidebar_entries(item))))
+    return out
+
+def _render_patterns(nbs):
+    import yaml
+    q = Path(nbs)/'_quarto.yml'
+    return ((yaml.safe_load(q.read_text()) or {}).get('project', {}) or {}).get('render') if q.exists() else None
+
+def site_faults(nbs):
+    """Pages Quarto would render that the sidebar does not list (orphans), sidebar entries with no page,
+    and a sidebar without chapters"""
+    import fnmatch
+    nbs = Path(nbs)
+    secs = sidebar_sections(nbs)
+    if secs is None: return ['no sidebar.yml: the site has no chapters (set custom_sidebar and write nbs/sidebar.yml)']
+    listed = [f for _, fs in secs for f in fs]
+    probs = [f'sidebar entry with no page: {f}' for f in listed if not (nbs/f).exists()]
+    if sum(t is not None for t, _ in secs) < 2: probs.append('the sidebar has fewer than two chapters (sections)')
+    pats = _render_patterns(nbs)
+    cands = [p.relative_to(nbs).as_posix() for p in nbs.rglob('*') if p.suffix in ('.ipynb', '.qmd', '.md') and
+             not any(x.startswith(('_', '.')) for x in p.relative_to(nbs).parts)]
+    def rendered(rel):
+        if not pats: return True
+        inc = [x for x in pats if not x.startswith('!')]; exc = [x[1:] for x in pats if x.startswith('!')]
+        return any(fnmatch.fnmatch(rel, x) and ('/' in x or '/' not in rel) for x in inc) and not any(fnmatch.fnmatch(rel, x) for x in exc)
+    probs += [f'orphan page (rendered, but in no chapter of the sidebar): {rel}' for rel in sorted(cands) if rendered(rel) and rel not in listed]
+    return probs
+
 def tools_missing():
     "apt packages whose tools are missing"
     miss = []
-    if not (shutil.which('chromium') or shutil.which('chromium-browser')): miss.append('chromium')
+    if not _browser(): miss.append('chromium')
     if not shutil.which('pandoc'): miss.append('pandoc')
     if not (KATEX_DIR/'katex.min.js').exists(): miss.append('libjs-katex')
     return miss
 
+def _browser():
+    "Chromium, or Google Chrome where it is preinstalled instead (GitHub's Ubuntu runners)"
+    return next((shutil.which(b) for b in ('chromium', 'chromium-browser', 'google-chrome', 'google-chrome-stable') if shutil.which(b)), None)
+
 def _chromium(url, extra, timeout=90):
-    exe = shutil.which('chromium') or shutil.which('chromium-browser')
+    exe = _browser()
     with tempfile.TemporaryDirectory() as prof:
         cmd = [exe, '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
                '--disable-background-networking', '--disable-component-update', '--disable-sync',
@@ -410,11 +587,23 @@ def render_pages(files, out, jobs):
             if out_file: pg['html'] = out/out_file
             pg.update(title=page.title, md=page.md)
             pg['problems'] += [f'Python traceback in an output ({t})' for t in page.tracebacks]
+            pg['problems'] += reader_faults(nb) + export_faults(json.loads(f.read_text(encoding='utf-8')))
             for rel, b in page.files.items():
                 (out/rel).parent.mkdir(parents=True, exist_ok=True); (out/rel).write_bytes(b)
         pages.append(pg)
-    nav = '<nav class="sidebar">\n' + '\n'.join(
-        f'<a href="{p["html"].name}" data-page="{p["html"].name}">{html.escape(p["title"])}</a>' for p in pages) + '\n</nav>\n'
+    def a(p): return f'<a href="{p["html"].name}" data-page="{p["html"].name}">{html.escape(p["title"])}</a>'
+    secs = sidebar_sections(files[0].parent) if files else None
+    byname = {p['nb'].name: p for p in pages}
+    if secs:  # the chapters of the real site's sidebar (nbs/sidebar.yml); pages it does not list come last
+        listed, parts = set(), []
+        for title, fs in secs:
+            ps = [byname[f] for f in fs if f in byname]
+            listed.update(f for f in fs)
+            if ps: parts.append((f'<div class="section">{html.escape(title)}</div>\n' if title else '') + '\n'.join(a(p) for p in ps))
+        rest = [p for p in pages if p['nb'].name not in listed]
+        if rest: parts.append('\n'.join(a(p) for p in rest))
+        nav = '<nav class="sidebar">\n' + '\n'.join(parts) + '\n</nav>\n'
+    else: nav = '<nav class="sidebar">\n' + '\n'.join(a(p) for p in pages) + '\n</nav>\n'
     tpl, css, navf, probe = out/'_template.html', out/'_docs.css', out/'_nav.html', out/'_probe.html'
     tpl.write_text(_TEMPLATE); css.write_text(_CSS); navf.write_text(nav); probe.write_text(_PROBE)
     for pg in pages:
@@ -423,7 +612,7 @@ def render_pages(files, out, jobs):
         mdf.write_text(pg['md'], encoding='utf-8')
         navp = out/f'_nav_{pg["name"]}.html'
         navp.write_text(nav.replace(f'data-page="{pg["html"].name}"', f'class="active" data-page="{pg["html"].name}"'))
-        cmd = ['pandoc', str(mdf), '--from', 'markdown', '--to', 'html5', '--standalone', '--template', str(tpl),
+        cmd = ['pandoc', str(mdf), '--from', 'markdown', '--to', 'html5', '--standalone', '--wrap=preserve', '--template', str(tpl),
                '--katex=_katex/', '--css', '_docs.css', '--css', 'styles.css', '--include-before-body', str(navp),
                '--include-after-body', str(probe), '--metadata', f'pagetitle={pg["title"]}', '-o', str(pg['html'])]
         r = subprocess.run(cmd, capture_output=True, text=True, cwd=out)
@@ -454,14 +643,26 @@ def check_page(pg):
         pg['problems'].append('Python traceback shown on the page')
     for u in r['external']: pg['problems'].append(f'external request: {u}')
     if len(''.join(r['mainText'].split())) < 20 and not r['images']: pg['problems'].append('empty page (no text or images below the title)')
+    for key, what in (('wideBlocks', 'code or output block wider than the column (it scrolls sideways)'),
+                      ('wideTables', 'table wider than the column'), ('wideMath', 'display equation wider than the column')):
+        ws = r.get(key, [])
+        if ws: pg['problems'].append(f'{what}: {len(ws)} on the page, e.g. {ws[0]["px"]} px in {ws[0]["col"]} px: "{ws[0]["text"]}"')
+    for t in r.get('inlineLists', [])[:3]:
+        pg['problems'].append(f'list rendered inline (put a blank line before it): "{" ".join(t.split())[:80]}"')
+    if len(r.get('inlineLists', [])) > 3: pg['problems'].append(f'... {len(r["inlineLists"]) - 3} more lists rendered inline')
+    for im in r.get('imageSizes', []):
+        f = htmlf.parent/html.unescape(im['src'] or '').split('#')[0]
+        if im['src'] and not re.match(r'^(data|https?):', im['src']) and f.is_file():
+            pg['problems'] += image_faults(im['src'], f.read_bytes(), im['shown'], im['natural'])
 
 def cmd_check(args):
     miss = tools_missing()
     if miss and args.install:
-        print(f'docs: installing {" ".join(APT_PKGS)} with apt-get')
+        print(f'docs: installing {" ".join(miss)} with apt-get')
         env = dict(os.environ, DEBIAN_FRONTEND='noninteractive')
-        if subprocess.run(['apt-get', 'update'], env=env).returncode or \
-           subprocess.run(['apt-get', 'install', '-y', *APT_PKGS], env=env).returncode:
+        sudo = ['sudo', '-E'] if os.geteuid() != 0 and shutil.which('sudo') else []
+        if subprocess.run([*sudo, 'apt-get', 'update', '-q'], env=env, stdout=subprocess.DEVNULL).returncode or \
+           subprocess.run([*sudo, 'apt-get', 'install', '-y', '-q', *miss], env=env, stdout=subprocess.DEVNULL).returncode:
             print('docs: apt-get failed'); return 2
         miss = tools_missing()
     if miss:
@@ -492,6 +693,7 @@ def cmd_check(args):
             png = out/f'screenshot-{pg["nb"].stem}.png'
             if screenshot(pg['html'], png, min(max(pg.get('height', 1600), 900), args.max_height)): shots.append(png)
             else: pg['problems'].append('screenshot failed')
+    site = site_faults(cfg.nbs_path) if not args.paths else []  # the whole site only when checking all of nbs/
     ok = [p for p in pages if not p['problems']]
     def rel(p): return os.path.relpath(p, ROOT) if Path(p).is_relative_to(ROOT) else str(p)
     for pg in pages:
@@ -499,8 +701,9 @@ def cmd_check(args):
         for p in pg['problems']: print(f'        {p}')
         if pg.get('warnings') and args.verbose: print('        pandoc: ' + pg['warnings'].replace('\n', '\n        '))
     for s in shots: print(f'docs: screenshot {rel(s)}')
-    print(f'docs: {len(ok)} pages ok, {len(pages) - len(ok)} failed')
-    return 0 if len(ok) == len(pages) else 1
+    for p in site: print(f'FAIL  site: {p}')
+    print(f'docs: {len(ok)} pages ok, {len(pages) - len(ok)} failed' + (f'; {len(site)} site problem(s)' if site else ''))
+    return 0 if len(ok) == len(pages) and not site else 1
 
 # ---------------------------------------------------------------------------------------------
 # 5. Self-test: scratch notebooks with known faults must be caught; a good one must pass
@@ -512,11 +715,11 @@ def _nb(*cells):
         return d
     return dict(cells=[c(*x) for x in cells], metadata={}, nbformat=4, nbformat_minor=5)
 
-def _png():
+def _png(dpi=150, width=3):
     import io, matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(3, 2), dpi=60); ax.plot([0, 1, 2], [0, 1, 4]); ax.set_title('$y = x^2$')
+    fig, ax = plt.subplots(figsize=(width, 2), dpi=dpi); ax.plot([0, 1, 2], [0, 1, 4]); ax.set_title('$y = x^2$')
     b = io.BytesIO(); fig.savefig(b, format='png'); plt.close(fig)
     return base64.b64encode(b.getvalue()).decode()
 
@@ -528,6 +731,8 @@ def cmd_selftest(args):
         'good': _nb(('markdown', '# Good page\n\n> A page that must pass, with $\\theta_i = b^{-2i/d}$'),
                     ('markdown', 'Inline $R_m^\\top R_n = R_{n-m}$ and display\n$$\\begin{pmatrix}\\cos\\theta & -\\sin\\theta\\\\ \\sin\\theta & \\cos\\theta\\end{pmatrix}$$\nand prices of $5 and $10 are not math.'),
                     ('code', '#| export\ndef double(x:int, # the input $x$\n          )->int: # $2x$\n    "Twice `x`"\n    return 2*x'),
+                    ('markdown', 'A shown definition, then a list after a blank line:\n\n- one\n- two'),
+                    ('code', '#| exports\ndef triple(x:int)->int: return 3*x'),
                     ('code', 'plot()', [dict(output_type='display_data', metadata={}, data={'image/png': _png(), 'text/plain': '<Figure>'})]),
                     ('code', 'table()', [dict(output_type='execute_result', execution_count=None, metadata={}, data={'text/html': tab, 'text/plain': 'table'})]),
                     ('code', 'sympy_expr', [dict(output_type='execute_result', execution_count=None, metadata={}, data={'text/latex': '$\\displaystyle \\frac{a}{b}$', 'text/plain': 'a/b'})]),
@@ -544,9 +749,41 @@ def cmd_selftest(args):
                         ('code', 'widget', [dict(output_type='display_data', metadata={}, data={'text/html': '<script src="https://cdn.example.com/lib.js"></script><p>widget</p>', 'text/plain': 'w'})])),
         'bad_katex': _nb(('markdown', '# Bad KaTeX\n\n> summary'), ('markdown', 'A typo in math: $\\frac{a}{b$ and more words here.')),
     }
+    def out(text, name=None):  # a text output: a stream if `name`, else a result's repr
+        return [dict(output_type='stream', name=name, text=text)] if name else \
+               [dict(output_type='execute_result', execution_count=None, metadata={}, data={'text/plain': text})]
+    para = ('markdown', 'Some prose so that the page is not empty.')
+    cases.update({
+        'reader_words': _nb(('markdown', '# Words\n\n> summary'), ('markdown', 'As issue 6 asked, on this machine, see seed 000.'),
+                            ('code', 'print(path)', out('/tmp/tmpab12/results.json\n', 'stdout'))),
+        'raw_repr': _nb(('markdown', '# Repr\n\n> summary'), para,
+                        ('code', 'subprocess.run(cmd)', out("CompletedProcess(args=['rope-lit-lm'], returncode=0)"))),
+        'http_log': _nb(('markdown', '# Log\n\n> summary'), para,
+                        ('code', 'download()', out('127.0.0.1 - - [23/Nov/2026 05:17:25] "GET /train.en.gz HTTP/1.1" 200 -\n', 'stderr'))),
+        'dict_dump': _nb(('markdown', '# Dict\n\n> summary'), para,
+                         ('code', 'speeds', out("{'split': 1.52,\n 'interleaved': 1.08,\n 'threads': 2,\n 'shape': (1, 8, 512, 64)}"))),
+        'low_dpi': _nb(('markdown', '# Low dpi\n\n> summary'), para,
+                       ('code', 'plot()', [dict(output_type='display_data', metadata={}, data={'image/png': _png(dpi=60), 'text/plain': '<Figure>'})])),
+        'shrunk_figure': _nb(('markdown', '# Shrunk\n\n> summary'), para,
+                             ('code', 'plot()', [dict(output_type='display_data', metadata={}, data={'image/png': _png(width=24), 'text/plain': '<Figure>'})])),
+        'hidden_exports': _nb(('markdown', '# Hidden code\n\n> summary'), para, ('code', '#| export\ndef f(x): return x')),
+        'wide_code': _nb(('markdown', '# Wide code\n\n> summary'), para,
+                         ('code', 'rows = run_benchmark(' + ', '.join(f'argument_{i}={i}' for i in range(12)) + ')')),
+        'wide_table': _nb(('markdown', '# Wide table\n\n> summary'), para,
+                          ('markdown', '| ' + ' | '.join(f'column_{i}' for i in range(12)) + ' |\n|' + '---|' * 12 + '\n| ' +
+                           ' | '.join('123456.789012' for _ in range(12)) + ' |')),
+        'wide_math': _nb(('markdown', '# Wide math\n\n> summary'), para,
+                         ('markdown', '$$' + ' + '.join(f'\\cos(m\\theta_{{{i}}}) x_{{{i}}}' for i in range(24)) + '$$')),
+        'inline_list': _nb(('markdown', '# Inline list\n\n> summary'), ('markdown', 'Training:\n- dropout\n- label smoothing')),
+    })
     cases['00_good'] = cases.pop('good')  # a `00_` name, so it gets a screenshot like the derivation page
     expect = {'00_good': None, 'raw_math_html': 'raw $$', 'raw_math_spaces': 'raw $...$', 'traceback': 'traceback',
-              'missing_image': 'image', 'empty': 'empty page', 'bad_katex': 'KaTeX', 'external': 'external request'}
+              'missing_image': 'image', 'empty': 'empty page', 'bad_katex': 'KaTeX', 'external': 'external request',
+              'reader_words': ('internal work item', 'unnamed hardware', 'named by its file', 'absolute local path'),
+              'raw_repr': 'raw Python repr', 'http_log': ('HTTP server log', 'log on stderr'), 'dict_dump': 'dict/list repr',
+              'low_dpi': 'below 150 dpi', 'shrunk_figure': 'shown at', 'hidden_exports': 'exported cells are hidden',
+              'wide_code': 'block wider than the column', 'wide_table': 'table wider than the column',
+              'wide_math': 'equation wider than the column', 'inline_list': 'list rendered inline'}
     with tempfile.TemporaryDirectory() as d:
         d = Path(d); nbs = d/'nbs'; nbs.mkdir()
         for k, nb in cases.items(): (nbs/f'{k}.ipynb').write_text(json.dumps(nb))
@@ -563,15 +800,30 @@ def cmd_selftest(args):
             got = res.get(k)
             if got is None: bad.append(f'{k}: not reported')
             elif want is None and got: bad.append(f'{k}: should pass, got {got}')
-            elif want and not any(want.lower() in p.lower() for p in got): bad.append(f'{k}: expected a problem containing {want!r}, got {got}')
+            else:
+                for w in ((want,) if isinstance(want, str) else want or ()):
+                    if not any(w.lower() in p.lower() for p in got): bad.append(f'{k}: expected a problem containing {w!r}, got {got}')
         # README generator: deterministic and free of front matter / directives
         md1, _ = readme_offline(); md2, _ = readme_offline()
         if md1 != md2: bad.append('readme: two runs differ')
         if md1.startswith('---') or re.search(r'(?m)^(#\||output-file:)', md1): bad.append('readme: front matter or directives left in README')
         if not re.match(r'# .+\n\n> .+', md1): bad.append('readme: title and > summary not at the top')
         if r.returncode != 1: bad.append(f'check should exit 1 on the faulty pages, exited {r.returncode}')
+        # the site: a page outside the chapters, a chapter entry with no page, result files that are not pages
+        site = d/'site'; site.mkdir()
+        for n in ('index', 'a', 'b', 'c'): (site/f'{n}.ipynb').write_text(json.dumps(cases['00_good']))
+        (site/'results').mkdir(); (site/'results'/'table.md').write_text('| a |\n|---|\n| 1 |\n')
+        (site/'sidebar.yml').write_text('website:\n  sidebar:\n    contents:\n      - index.ipynb\n      - section: One\n'
+                                        '        contents: [a.ipynb, gone.ipynb]\n      - section: Two\n        contents: [b.ipynb]\n')
+        got = site_faults(site)
+        for want in ('orphan page (rendered, but in no chapter of the sidebar): c.ipynb', 'sidebar entry with no page: gone.ipynb',
+                     'orphan page (rendered, but in no chapter of the sidebar): results/table.md'):
+            if want not in got: bad.append(f'site: expected {want!r}, got {got}')
+        (site/'_quarto.yml').write_text('project:\n  render:\n    - "*.ipynb"\n')
+        if any('table.md' in p for p in site_faults(site)): bad.append('site: a result file excluded by project.render still counted as a page')
+    n_checks = sum(1 if w is None or isinstance(w, str) else len(w) for w in expect.values()) + 6
     for b in bad: print(f'selftest: FAIL {b}')
-    print(f'selftest: {len(expect) + 4 - len(bad)} checks ok, {len(bad)} failed')
+    print(f'selftest: {n_checks - len(bad)} checks ok, {len(bad)} failed')
     return 1 if bad else 0
 
 def main():
@@ -588,7 +840,7 @@ def main():
     c.add_argument('--jobs', type=int, default=2, help='notebooks processed at once')
     c.add_argument('--max-height', type=int, default=2400, help='tallest screenshot, in pixels')
     c.add_argument('--verbose', action='store_true', help='show pandoc warnings')
-    t = sub.add_parser('selftest', help='check that the checker catches raw math, tracebacks, missing images, empty pages')
+    t = sub.add_parser('selftest', help='check that the checker catches each fault it looks for, and passes a good page')
     t.add_argument('--out', default=None, help='keep the rendered scratch pages here (default: a temporary folder)')
     if sys.argv[1:2] == ['_proc']:  # internal: one notebook through nbdev's processing (see _proc_worker)
         process_nb(*sys.argv[2:4]); return

@@ -90,28 +90,34 @@ def build_parser()->argparse.ArgumentParser:
     r.add_argument('--bf16', action='store_true', help='decode with bfloat16 weights and activations (faster where memory bandwidth limits decoding, e.g. one sentence on a CPU)')
     return p
 
-# %% ../../nbs/12a_mt_cli.ipynb #282c6079
+# %% ../../nbs/12a_mt_cli.ipynb #450addae
 def run_command(args:argparse.Namespace)->dict|list:
     "Carry out a parsed `rope-lit-translate` command"
     if args.command == 'train':
         fields = {f for f in TranslationConfig.__dataclass_fields__}
-        given = {k: v for k, v in vars(args).items() if k in fields and v is not None and k != 'preset'}
-        if args.resume:
-            return train(None, args.run_dir, resume=True, progress=not args.no_progress, **given)  # checks the fields
+        given = {k: v for k, v in vars(args).items()
+                 if k in fields and v is not None and k != 'preset'}
+        if args.resume:   # `train` checks that only run-length fields change
+            return train(None, args.run_dir, resume=True, progress=not args.no_progress, **given)
         return train(make_config(args.preset, **given), args.run_dir, progress=not args.no_progress)
     model, tok, cfg = load_model(args.run_dir, args.device)
     if args.command == 'translate':
         sents = args.sentences or [l.rstrip('\n') for l in sys.stdin if l.strip()]
-        return translate(model, tok, sents, args.beam_size, args.length_penalty, cfg.max_len, dtype=torch.bfloat16 if args.bf16 else None)
+        return translate(model, tok, sents, args.beam_size, args.length_penalty, cfg.max_len,
+                         dtype=torch.bfloat16 if args.bf16 else None)
     if args.beam_size: cfg.beam_size = args.beam_size
     if args.n_eval: cfg.n_eval = args.n_eval
     splits = load_splits(cfg)
-    res = evaluate(model, tok, cfg, args.run_dir, {s: splits[s] for s in args.splits}, tuple(args.decodings))
+    res = evaluate(model, tok, cfg, args.run_dir, {s: splits[s] for s in args.splits},
+                   tuple(args.decodings))
     path = Path(args.run_dir)/'results.json'
-    summary = json.loads(path.read_text()) if path.exists() else {'config': json.loads((Path(args.run_dir)/'config.json').read_text())}
-    summary.setdefault('results', {}).update(res); path.write_text(json.dumps(summary, indent=1, ensure_ascii=False))
+    if path.exists(): summary = json.loads(path.read_text())
+    else: summary = {'config': json.loads((Path(args.run_dir)/'config.json').read_text())}
+    summary.setdefault('results', {}).update(res)
+    path.write_text(json.dumps(summary, indent=1, ensure_ascii=False))
     return res
 
+# %% ../../nbs/12a_mt_cli.ipynb #b25f8b96
 def main(argv:list[str]|None=None):
     "Entry point of `rope-lit-translate`"
     p = build_parser(); args = p.parse_args(argv)
@@ -121,6 +127,6 @@ def main(argv:list[str]|None=None):
     if args.command == 'translate': print('\n'.join(out))
     elif int(os.environ.get('RANK', 0)) == 0:
         res = out if args.command == 'evaluate' else out.get('results', {})
-        lines = [f"{s} {d}: BLEU {r['bleu']:.2f} chrF {r['chrf']:.2f}" for s, v in res.items() if s != 'example'
-                 for d, r in v.items()]
+        lines = [f"{s} {d}: BLEU {r['bleu']:.2f} chrF {r['chrf']:.2f}"
+                 for s, v in res.items() if s != 'example' for d, r in v.items()]
         print('\n'.join(lines) or f"trained {out.get('steps')} steps (no evaluation)")

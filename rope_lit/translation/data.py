@@ -28,10 +28,12 @@ def read_lines(
     raw = path.read_bytes()
     if raw[:2] == b'\x1f\x8b':
         try: raw = gzip.decompress(raw)
-        except (OSError, EOFError) as e: raise ValueError(f"data file {path} is not a valid gzip file ({e})") from None
+        except (OSError, EOFError) as e:
+            raise ValueError(f"data file {path} is not a valid gzip file ({e})") from None
     try: text = raw.decode('utf-8')
     except UnicodeDecodeError as e:
-        raise ValueError(f"data file {path} has undecodable text: expected UTF-8, invalid byte at offset {e.start}") from None
+        raise ValueError(f"data file {path} has undecodable text: expected UTF-8, "
+                         f"invalid byte at offset {e.start}") from None
     if not text: return []
     return [l.rstrip('\r') for l in text.rstrip('\n').split('\n')]
 
@@ -59,20 +61,24 @@ def read_parallel(
     limit:int|None=None, # keep only the first `limit` pairs
 )->list[tuple[str,str]]: # (source, target) sentence pairs
     "The line-aligned (source, target) pairs of `split`"
-    src_file, tgt_file = split_file(data_dir, split, src_lang), split_file(data_dir, split, tgt_lang)
+    src_file = split_file(data_dir, split, src_lang)
+    tgt_file = split_file(data_dir, split, tgt_lang)
     src, tgt = read_lines(src_file), read_lines(tgt_file)
     if len(src) != len(tgt):
-        raise ValueError(f"split {split!r}: {src_file.name} has {len(src)} lines but {tgt_file.name} has {len(tgt)}; "
-                         "the two languages must be line-aligned")
+        raise ValueError(f"split {split!r}: {src_file.name} has {len(src)} lines but "
+                         f"{tgt_file.name} has {len(tgt)}; the two languages must be line-aligned")
     pairs = list(zip(src, tgt))
     return pairs if limit is None else pairs[:limit]
 
 # %% ../../nbs/10_mt_data.ipynb #f4e68feb
 _DETS = {'der': 'the', 'die': 'the', 'ein': 'a', 'eine': 'a'}
-_ADJS = {'kleine': 'small', 'große': 'big', 'rote': 'red', 'alte': 'old', 'junge': 'young', 'müde': 'tired'}
-_NOUNS = {'hund': 'dog', 'katze': 'cat', 'mann': 'man', 'frau': 'woman', 'kind': 'child', 'ball': 'ball',
-          'wagen': 'truck', 'baum': 'tree', 'vogel': 'bird', 'junge': 'boy', 'mädchen': 'girl', 'pferd': 'horse'}
-_VERBS = {'sieht': 'sees', 'trägt': 'carries', 'jagt': 'chases', 'findet': 'finds', 'malt': 'paints', 'zieht': 'pulls'}
+_ADJS = {'kleine': 'small', 'große': 'big', 'rote': 'red', 'alte': 'old', 'junge': 'young',
+         'müde': 'tired'}
+_NOUNS = {'hund': 'dog', 'katze': 'cat', 'mann': 'man', 'frau': 'woman', 'kind': 'child',
+          'ball': 'ball', 'wagen': 'truck', 'baum': 'tree', 'vogel': 'bird', 'junge': 'boy',
+          'mädchen': 'girl', 'pferd': 'horse'}
+_VERBS = {'sieht': 'sees', 'trägt': 'carries', 'jagt': 'chases', 'findet': 'finds',
+          'malt': 'paints', 'zieht': 'pulls'}
 
 def synthetic_pairs(
     n:int,      # number of sentence pairs
@@ -139,7 +145,7 @@ def sha256(path:str|Path)->str:
 # %% ../../nbs/10_mt_data.ipynb #88461811
 def download_multi30k(
     cache_dir:str|Path,                # where the files are kept
-    base_url:str=MULTI30K_URL,         # URL of the folder holding the files (http(s):// or file://)
+    base_url:str=MULTI30K_URL,         # URL of the folder holding the files (http(s)://, file://)
     checksums:dict|None=MULTI30K_SHA256, # file name -> SHA-256; None skips verification
     files:list[str]|None=None,         # file names to fetch (default: the keys of `checksums`)
     timeout:float=60,                  # seconds per request
@@ -154,13 +160,15 @@ def download_multi30k(
         if dest.is_file() and (want is None or sha256(dest) == want): continue
         try:
             with urllib.request.urlopen(base_url + name, timeout=timeout) as r: data = r.read()
-        except OSError as e: raise OSError(f"could not download {base_url + name}: {e}") from None
+        except OSError as e:
+            raise OSError(f"could not download {base_url + name}: {e}") from None
         got = hashlib.sha256(data).hexdigest()
         if want is not None and got != want:
-            raise ValueError(f"checksum mismatch for {name} from {base_url}: expected sha256 {want}, got {got}")
+            raise ValueError(f"checksum mismatch for {name} from {base_url}: "
+                             f"expected sha256 {want}, got {got}")
         fd, tmp_name = tempfile.mkstemp(dir=cache_dir, prefix=f".{name}.")
         with os.fdopen(fd, 'wb') as f: f.write(data)
-        os.replace(tmp_name, dest)   # atomic: a crash never leaves a half-written file under the real name
+        os.replace(tmp_name, dest)   # atomic: never a half-written file under the real name
     return cache_dir
 
 # %% ../../nbs/10_mt_data.ipynb #0aab495e
@@ -186,7 +194,8 @@ def train_tokenizer(
     min_frequency:int=2,    # a merge must be seen this often
 )->Tokenizer:               # a trained BPE tokenizer
     "A BPE tokenizer trained on `texts`, with `SPECIALS` as ids 0-3"
-    if vocab_size < len(SPECIALS) + 1: raise ValueError(f"vocab_size must be > {len(SPECIALS)}, got {vocab_size}")
+    if vocab_size < len(SPECIALS) + 1:
+        raise ValueError(f"vocab_size must be > {len(SPECIALS)}, got {vocab_size}")
     tok = Tokenizer(models.BPE(unk_token='<unk>'))
     tok.normalizer = normalizers.NFKC()
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
@@ -205,7 +214,8 @@ def encode_pairs(
     "Token ids of `pairs`, with the special tokens the encoder-decoder expects"
     if max_len < 3: raise ValueError(f"max_len must be at least 3, got {max_len}")
     srcs = tok.encode_batch([s for s, _ in pairs]); tgts = tok.encode_batch([t for _, t in pairs])
-    return [(s.ids[:max_len-1] + [EOS], [BOS] + t.ids[:max_len-2] + [EOS]) for s, t in zip(srcs, tgts)]
+    return [(s.ids[:max_len-1] + [EOS], [BOS] + t.ids[:max_len-2] + [EOS])
+            for s, t in zip(srcs, tgts)]
 
 # %% ../../nbs/10_mt_data.ipynb #b041d456
 def token_batches(
@@ -218,7 +228,8 @@ def token_batches(
     "Group example indices into batches of at most `max_tokens` padded tokens"
     if max_tokens < 1: raise ValueError(f"max_tokens must be positive, got {max_tokens}")
     g = random.Random(seed * 100003 + epoch)
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i][0], lengths[i][1], g.random() if shuffle else i))
+    order = sorted(range(len(lengths)),
+                   key=lambda i: (lengths[i][0], lengths[i][1], g.random() if shuffle else i))
     batches, cur, ms, mt = [], [], 0, 0
     for i in order:
         s, t = lengths[i]
@@ -237,5 +248,6 @@ def collate(
     pad:int=PAD,                               # padding id
 )->tuple[Tensor,Tensor]:                       # src (batch, src_len), tgt (batch, tgt_len), int64
     "Pad source and target id lists into two (batch, length) tensors"
-    pad_to = lambda seqs: pad_sequence([torch.tensor(s, dtype=torch.long) for s in seqs], batch_first=True, padding_value=pad)
+    pad_to = lambda seqs: pad_sequence([torch.tensor(s, dtype=torch.long) for s in seqs],
+                                       batch_first=True, padding_value=pad)
     return pad_to([s for s, _ in examples]), pad_to([t for _, t in examples])

@@ -34,10 +34,11 @@ def sinusoidal_table(
 
 # %% ../../nbs/11_mt_model.ipynb #979bbec7
 class FeedForward(nn.Module):
-    "Position-wise feed-forward block `Linear(d_model, d_ff) → ReLU → dropout → Linear(d_ff, d_model)`"
+    "Position-wise feed-forward: Linear(d_model, d_ff) → ReLU → dropout → Linear(d_ff, d_model)"
     def __init__(self, d_model:int, d_ff:int, dropout:float=0.1):
         super().__init__()
-        self.w1, self.w2, self.drop = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model), nn.Dropout(dropout)
+        self.w1, self.w2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.drop = nn.Dropout(dropout)
     def forward(self, x:Tensor)->Tensor: return self.w2(self.drop(F.relu(self.w1(x))))
 
 # %% ../../nbs/11_mt_model.ipynb #8525215f
@@ -47,30 +48,40 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.self_attn = RotaryMultiHeadAttention(d_model, h, dropout=dropout, **attn_kw)
         self.ff = FeedForward(d_model, d_ff, dropout)
-        self.norm1, self.norm2, self.drop = nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.Dropout(dropout)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.drop = nn.Dropout(dropout)
         self.weights = None   # attention weights of the last call when `keep_weights` is set
-    def forward(self, x:Tensor, mask:Tensor, positions:Tensor|None, keep_weights:bool=False)->Tensor:
-        a = self.self_attn(self.norm1(x), attn_mask=mask, positions=positions, need_weights=keep_weights)
+
+    def forward(self, x:Tensor, mask:Tensor, positions:Tensor|None,
+                keep_weights:bool=False)->Tensor:
+        a = self.self_attn(self.norm1(x), attn_mask=mask, positions=positions,   # (3): RoPE's m, n
+                           need_weights=keep_weights)
         if keep_weights: a, self.weights = a
-        x = x + self.drop(a)
-        return x + self.drop(self.ff(self.norm2(x)))
+        x = x + self.drop(a)                            # x + Drop(SelfAttn(LN(x)))
+        return x + self.drop(self.ff(self.norm2(x)))    # x + Drop(FF(LN(x)))
 
 # %% ../../nbs/11_mt_model.ipynb #68fd0739
 class DecoderLayer(nn.Module):
     "Pre-norm decoder layer: causal self-attention, cross-attention, feed-forward"
-    def __init__(self, d_model:int, h:int, d_ff:int, dropout:float, cross_rope:bool=False, **attn_kw):
+    def __init__(self, d_model:int, h:int, d_ff:int, dropout:float, cross_rope:bool=False,
+                 **attn_kw):
         super().__init__()
         self.self_attn = RotaryMultiHeadAttention(d_model, h, dropout=dropout, **attn_kw)
         cross_kw = dict(attn_kw, rope=cross_rope) if cross_rope else dict(rope=False)
         self.cross_attn = RotaryMultiHeadAttention(d_model, h, dropout=dropout, **cross_kw)
         self.ff = FeedForward(d_model, d_ff, dropout)
-        self.norm1, self.norm2, self.norm3 = nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.norm3 = nn.LayerNorm(d_model)
         self.drop = nn.Dropout(dropout)
-        self.weights = None   # (self, cross) attention weights of the last call when `keep_weights` is set
-    def forward(self, x:Tensor, memory:Tensor, memory_mask:Tensor, positions:Tensor|None, memory_positions:Tensor|None,
+        self.weights = None   # (self, cross) attention weights of the last call if `keep_weights`
+
+    def forward(self, x:Tensor, memory:Tensor, memory_mask:Tensor,
+                positions:Tensor|None,         # (3): target positions, RoPE's m
+                memory_positions:Tensor|None,  # (3): source positions, RoPE's n in cross-attention
                 cache:tuple|None=None, keep_weights:bool=False)->Tensor:
         sc, cc = cache if cache is not None else (None, None)
-        a = self.self_attn(self.norm1(x), is_causal=True, positions=positions, cache=sc, need_weights=keep_weights)
+        a = self.self_attn(self.norm1(x), is_causal=True, positions=positions, cache=sc,
+                           need_weights=keep_weights)
         if keep_weights: a, ws = a
         x = x + self.drop(a)
         c = self.cross_attn(self.norm2(x), memory, attn_mask=memory_mask, positions=positions,
@@ -84,66 +95,102 @@ class Seq2SeqTransformer(nn.Module):
     "The Annotated Transformer encoder-decoder with the position scheme `position`"
     def __init__(self,
         vocab_size:int,              # shared source/target subword vocabulary
-        N:int=6, d_model:int=512, d_ff:int=2048, h:int=8, dropout:float=0.1, # Vaswani et al.'s base sizes
+        N:int=6, d_model:int=512, d_ff:int=2048, h:int=8, # Vaswani et al.'s base sizes
+        dropout:float=0.1,           # dropout probability
         position:str='sinusoidal',   # one of `POSITIONS`
         max_len:int=256,             # longest sequence (sinusoidal table; max length for `hexu`)
         rope_base:float=10000.0,     # RoPE base
     ):
         super().__init__()
-        if position not in POSITIONS: raise ValueError(f"position must be one of {POSITIONS}, got {position!r}")
+        if position not in POSITIONS:
+            raise ValueError(f"position must be one of {POSITIONS}, got {position!r}")
         if d_model % h: raise ValueError(f"d_model ({d_model}) must be divisible by h ({h})")
-        self.position, self.d_model, self.max_len, self.vocab_size = position, d_model, max_len, vocab_size
+        self.position, self.d_model, self.max_len = position, d_model, max_len
+        self.vocab_size = vocab_size
+        # (1) the position scheme picks the attentions' kind: rotary or plain, and the frequencies
         rope = position in ('rope', 'rope+cross', 'hexu')
         kw = dict(rope=rope, base=rope_base)
         if position == 'hexu': kw.update(scaling='hexu', max_seq_len=max_len)
         self.embed = nn.Embedding(vocab_size, d_model, padding_idx=PAD)
-        self.register_buffer('pe', sinusoidal_table(max_len, d_model) if position == 'sinusoidal' else None, persistent=False)
-        self.encoder = nn.ModuleList(EncoderLayer(d_model, h, d_ff, dropout, **kw) for _ in range(N))
-        self.decoder = nn.ModuleList(DecoderLayer(d_model, h, d_ff, dropout, cross_rope=position == 'rope+cross', **kw)
+        pe = sinusoidal_table(max_len, d_model) if position == 'sinusoidal' else None  # for (2)
+        self.register_buffer('pe', pe, persistent=False)
+        self.encoder = nn.ModuleList(EncoderLayer(d_model, h, d_ff, dropout, **kw)
                                      for _ in range(N))
-        self.enc_norm, self.dec_norm, self.drop = nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.Dropout(dropout)
+        cross_rope = position == 'rope+cross'
+        self.decoder = nn.ModuleList(DecoderLayer(d_model, h, d_ff, dropout, cross_rope, **kw)
+                                     for _ in range(N))
+        self.enc_norm, self.dec_norm = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.drop = nn.Dropout(dropout)
         for n, p in self.named_parameters():
             if p.dim() > 1 and not n.startswith('embed'): nn.init.xavier_uniform_(p)
         nn.init.normal_(self.embed.weight, std=d_model ** -0.5)
         with torch.no_grad(): self.embed.weight[PAD].zero_()
 
-    def _embed(self, ids:Tensor, positions:Tensor|None)->Tensor:   # positions None: 0, 1, ...
-        x = self.embed(ids) * math.sqrt(self.d_model)
-        if self.pe is not None: x = x + (self.pe[:ids.shape[1]] if positions is None else self.pe[positions])
-        return self.drop(x)
-
-    def encode(self, src:Tensor, keep_weights:bool=False)->tuple[Tensor,Tensor]:
-        "Encode `src` (batch, src_len): returns memory (batch, src_len, d_model) and key mask (batch, 1, 1, src_len)"
-        if src.shape[1] > self.max_len: raise ValueError(f"src has {src.shape[1]} tokens, more than max_len={self.max_len}")
-        mask = (src != PAD)[:, None, None, :]
-        x = self._embed(src, None)                   # positions 0, 1, ...: the attention's defaults (cached RoPE rows)
-        for layer in self.encoder: x = layer(x, mask, None, keep_weights)
-        return self.enc_norm(x), mask
-
-    def decode(self, tgt:Tensor, memory:Tensor, memory_mask:Tensor, cache:list|None=None, start:Tensor|int=0,
-               keep_weights:bool=False)->Tensor:
-        "Logits (batch, tgt_len, vocab) for target ids `tgt` starting at position `start` (an int or (batch, 1))"
-        b, t = tgt.shape
-        if isinstance(start, int):                   # checked on the host: no device sync
-            if start + t > self.max_len: raise ValueError(f"target position {start + t - 1} exceeds max_len={self.max_len}")
-        elif int(start.max()) + t > self.max_len: raise ValueError(f"target position {int(start.max()) + t - 1} exceeds max_len={self.max_len}")
-        if cache is None and isinstance(start, int) and start == 0: pos = mpos = None   # teacher forcing: default positions
-        else:
-            pos = (torch.as_tensor(start, device=tgt.device).view(-1, 1) + torch.arange(t, device=tgt.device)).expand(b, t)
-            mpos = torch.arange(memory.shape[1], device=tgt.device).expand(b, -1)
-        x = self._embed(tgt, pos)
-        for i, layer in enumerate(self.decoder):
-            x = layer(x, memory, memory_mask, pos, mpos, None if cache is None else cache[i], keep_weights)
-        return self.dec_norm(x) @ self.embed.weight.T
-
-    def forward(self, src:Tensor, tgt_in:Tensor)->Tensor:
-        "Teacher-forced logits (batch, tgt_len, vocab) for source `src` and decoder input `tgt_in`"
-        memory, mask = self.encode(src)
-        return self.decode(tgt_in, memory, mask)
-
     def new_cache(self)->list:
         "Empty key/value caches, one (self, cross) pair per decoder layer"
         return [(KVCache(), KVCache()) for _ in self.decoder]
+
+# %% ../../nbs/11_mt_model.ipynb #1ab9f29b
+@patch
+def _embed(self:Seq2SeqTransformer, ids:Tensor, positions:Tensor|None)->Tensor:
+    "√d · E[ids], plus the sinusoidal table at `positions` (None: 0, 1, ...) if the model has one"
+    x = self.embed(ids) * math.sqrt(self.d_model)
+    if self.pe is not None:   # (2) sinusoidal positions, added to the token embeddings
+        x = x + (self.pe[:ids.shape[1]] if positions is None else self.pe[positions])
+    return self.drop(x)
+
+# %% ../../nbs/11_mt_model.ipynb #854c0be7
+@patch
+def encode(self:Seq2SeqTransformer,
+    src:Tensor,              # (batch, src_len) source ids
+    keep_weights:bool=False, # keep every layer's attention weights (for `attention_maps`)
+)->tuple[Tensor,Tensor]:     # memory (batch, src_len, d_model), key mask (batch, 1, 1, src_len)
+    "Encode `src`: the memory the decoder attends to and the mask of its real (non-padding) tokens"
+    if src.shape[1] > self.max_len:
+        raise ValueError(f"src has {src.shape[1]} tokens, more than max_len={self.max_len}")
+    mask = (src != PAD)[:, None, None, :]
+    x = self._embed(src, None)   # positions 0, 1, ...: the attention's defaults (cached RoPE rows)
+    for layer in self.encoder: x = layer(x, mask, None, keep_weights)
+    return self.enc_norm(x), mask
+
+# %% ../../nbs/11_mt_model.ipynb #58733925
+@patch
+def decode(self:Seq2SeqTransformer,
+    tgt:Tensor,              # (batch, tgt_len) target ids
+    memory:Tensor,           # (batch, src_len, d_model) from `encode`
+    memory_mask:Tensor,      # (batch, 1, 1, src_len) from `encode`
+    cache:list|None=None,    # from `new_cache`: `tgt` holds only the new tokens
+    start:Tensor|int=0,      # position of `tgt`'s first token: an int or (batch, 1)
+    keep_weights:bool=False, # keep every layer's attention weights
+)->Tensor:                   # logits (batch, tgt_len, vocab)
+    "Logits for target ids `tgt` starting at position `start`"
+    b, t = tgt.shape
+    if isinstance(start, int): last = start + t - 1   # checked on the host: no device sync
+    else: last = int(start.max()) + t - 1
+    if last >= self.max_len:
+        raise ValueError(f"target position {last} exceeds max_len={self.max_len}")
+    if cache is None and isinstance(start, int) and start == 0:
+        pos = mpos = None                             # teacher forcing: default positions
+    else:                                             # absolute positions for (2) and (3)
+        dev = tgt.device
+        pos = torch.as_tensor(start, device=dev).view(-1, 1) + torch.arange(t, device=dev)
+        pos = pos.expand(b, t)
+        mpos = torch.arange(memory.shape[1], device=dev).expand(b, -1)
+    x = self._embed(tgt, pos)
+    for i, layer in enumerate(self.decoder):
+        c = None if cache is None else cache[i]
+        x = layer(x, memory, memory_mask, pos, mpos, c, keep_weights)
+    return self.dec_norm(x) @ self.embed.weight.T     # the output projection is E
+
+# %% ../../nbs/11_mt_model.ipynb #27c681fe
+@patch
+def forward(self:Seq2SeqTransformer,
+    src:Tensor,     # (batch, src_len) source ids
+    tgt_in:Tensor,  # (batch, tgt_len) decoder input, `<s>` y_1 ... y_{n-1}
+)->Tensor:          # logits (batch, tgt_len, vocab)
+    "Teacher-forced logits for source `src` and decoder input `tgt_in`"
+    memory, mask = self.encode(src)
+    return self.decode(tgt_in, memory, mask)
 
 # %% ../../nbs/11_mt_model.ipynb #f973cafc
 def _decode_weights(model:Seq2SeqTransformer, dtype:torch.dtype)->tuple[list[dict], dict]:
@@ -192,8 +239,8 @@ class IncrementalDecoder:
         model:Seq2SeqTransformer, # in eval mode (no dropout is applied here)
         memory:Tensor,            # (rows, src_len, d_model) encoder output
         memory_mask:Tensor,       # (rows, 1, 1, src_len) bool, True at real source tokens
-        max_len:int,              # longest output, `<s>` included: steps run at positions 0 .. max_len - 2
-        dtype:torch.dtype|None=None, # weights and activations (default: `weights`' dtype, else memory's); e.g. torch.bfloat16
+        max_len:int,              # longest output, `<s>` included: positions 0 .. max_len - 2
+        dtype:torch.dtype|None=None, # e.g. torch.bfloat16 (default: `weights`' dtype, else memory's)
         weights:DecodingWeights|None=None, # prepared weights of `model` (default: prepared here)
     ):
         if model.training: raise ValueError("IncrementalDecoder needs a model in eval mode (it applies no dropout): call model.eval()")
@@ -230,32 +277,38 @@ class IncrementalDecoder:
 
 # %% ../../nbs/11_mt_model.ipynb #bdeb6a78
 def _attend_one(q:Tensor, k:Tensor, v:Tensor, bias:Tensor|None)->Tensor:
-    "softmax(q kᵀ + bias) v for (rows, h, 1, d) queries already scaled by 1/√d; `bias`: None or (rows, 1, 1, kv_len) with 0 / -inf"
+    "softmax(q kᵀ + bias) v for (rows, h, 1, d) queries already scaled by 1/√d"
     scores = torch.matmul(q, k.transpose(-1, -2))
-    if bias is not None: scores = scores + bias
+    if bias is not None: scores = scores + bias   # None or (rows, 1, 1, kv_len) of 0 / -inf
     return torch.matmul(scores.softmax(-1), v)
 
-# %% ../../nbs/11_mt_model.ipynb #dd5f0f39
+# %% ../../nbs/11_mt_model.ipynb #c560970a
 @patch
 def step(self:IncrementalDecoder,
     tokens:Tensor,   # (rows,) ids of the tokens at position `self.t`
 )->Tensor:           # (rows, vocab) float32 logits of the token at position `self.t + 1`
     "Feed one token per row; return the next-token logits"
     t, rows = self.t, self.rows
-    if not isinstance(tokens, Tensor) or tokens.is_floating_point() or tokens.dtype == torch.bool or tuple(tokens.shape) != (rows,):
-        raise ValueError(f"tokens must be a (rows,) = ({rows},) integer tensor, got {tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__}")
-    if t >= self.max_len - 1: raise ValueError(f"all {self.max_len - 1} steps of max_len={self.max_len} are used")
+    ok = (isinstance(tokens, Tensor) and not tokens.is_floating_point()
+          and tokens.dtype != torch.bool)
+    if not ok or tuple(tokens.shape) != (rows,):
+        got = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
+        raise ValueError(f"tokens must be a (rows,) = ({rows},) integer tensor, got {got}")
+    if t >= self.max_len - 1:
+        raise ValueError(f"all {self.max_len - 1} steps of max_len={self.max_len} are used")
     fin = self.final
     x = F.embedding(tokens[:, None], fin['embed']) * math.sqrt(self.model.d_model)
-    if fin['pe'] is not None: x = x + fin['pe'][t]
+    if fin['pe'] is not None: x = x + fin['pe'][t]          # sinusoidal: row t of the table
     d = (self.model.d_model,)
     for layer, w, (ck, cv), kv in zip(self.model.decoder, self.layers, self.cross, self.kv):
         (n1, n2, n3) = w['norms']
-        qkv = F.linear(F.layer_norm(x, d, *n1), *w['qkv']).to(self.work).unflatten(-1, (3, self.h, self.dk)).permute(2, 0, 3, 1, 4)
+        qkv = F.linear(F.layer_norm(x, d, *n1), *w['qkv']).to(self.work)      # fused W_q, W_k, W_v
+        qkv = qkv.unflatten(-1, (3, self.h, self.dk)).permute(2, 0, 3, 1, 4)   # (3, rows, h, 1, dk)
         q, k = qkv[0], qkv[1]
-        if layer.self_attn.rotary is not None: q, k = layer.self_attn.rotary(q, k, offset=t)
+        if layer.self_attn.rotary is not None:
+            q, k = layer.self_attn.rotary(q, k, offset=t)   # RoPE: rotate by position t
         kv[0, :, :, t:t+1] = k; kv[1, :, :, t:t+1] = qkv[2]
-        a = _attend_one(q, kv[0, :, :, :t+1], kv[1, :, :, :t+1], None)   # the newest query sees all keys so far
+        a = _attend_one(q, kv[0, :, :, :t+1], kv[1, :, :, :t+1], None)   # all keys so far
         x = x + F.linear(self._merge(a).to(self.dtype), *w['self_out'])
         q = self._heads(F.linear(F.layer_norm(x, d, *n2), *w['cross_q']).to(self.work))
         if layer.cross_attn.rotary is not None: q = layer.cross_attn.rotary.rotate(q, offset=t)
@@ -265,13 +318,15 @@ def step(self:IncrementalDecoder,
     self.t += 1
     return F.linear(F.layer_norm(x[:, 0], d, *fin['norm']), fin['embed']).float()
 
+# %% ../../nbs/11_mt_model.ipynb #b7d4a414
 @patch
 def reorder(self:IncrementalDecoder,
-    rows:Tensor,          # (rows,) integer: row i continues from row rows[i]
-    memory:bool=False,    # also move the cross-attention keys/values (not needed when rows move among copies of one source)
+    rows:Tensor,        # (rows,) integer: row i continues from row rows[i]
+    memory:bool=False,  # also move the cross-attention keys/values (rows from different sources)
 ):
     "Make row i continue the history of row `rows[i]` (beam search)"
-    if not isinstance(rows, Tensor) or rows.is_floating_point() or rows.dtype == torch.bool or tuple(rows.shape) != (self.rows,):
+    ok = isinstance(rows, Tensor) and not rows.is_floating_point() and rows.dtype != torch.bool
+    if not ok or tuple(rows.shape) != (self.rows,):
         raise ValueError(f"rows must be a (rows,) = ({self.rows},) integer tensor of row indices")
     for kv in self.kv: kv[:, :, :, :self.t] = kv[:, rows, :, :self.t]
     if memory:
@@ -286,13 +341,14 @@ def greedy_decode(
     max_len:int=72,           # longest output, `<s>` included
     use_cache:bool=True,      # False: re-run the decoder on the whole prefix each step
     min_len:int=0,            # forbid `</s>` before this many tokens (for timing fixed lengths)
-    dtype:torch.dtype|None=None, # eval mode with the cache: decode in this dtype (e.g. torch.bfloat16); None: the model's
-    weights:DecodingWeights|None=None, # eval mode with the cache: weights prepared once for many calls
+    dtype:torch.dtype|None=None, # eval mode with the cache: decode in this dtype (None: model's)
+    weights:DecodingWeights|None=None, # eval mode with the cache: weights prepared once
 )->Tensor:                    # (batch, out_len) ids starting with `<s>`, padded after `</s>`
     "Batched greedy decoding, with or without the key/value cache"
     lean = use_cache and not model.training
-    if (dtype is not None or weights is not None) and not lean: raise ValueError("dtype and weights need use_cache=True and a model in eval mode")
-    with torch.inference_mode():   # less bookkeeping per operation than no_grad; the result is copied out below
+    if (dtype is not None or weights is not None) and not lean:
+        raise ValueError("dtype and weights need use_cache=True and a model in eval mode")
+    with torch.inference_mode():   # less bookkeeping than no_grad; the result is copied out below
         memory, mask = model.encode(src)
         b = src.shape[0]
         dec = IncrementalDecoder(model, memory, mask, max_len, dtype, weights) if lean else None
@@ -319,14 +375,15 @@ def beam_search(
     length_penalty:float=0.6, # GNMT α; 0 ranks by total log-probability
     max_len:int=72,           # longest output, `<s>` included
     use_cache:bool=True,      # False: re-run the decoder on the whole prefix each step
-    dtype:torch.dtype|None=None, # eval mode with the cache: decode in this dtype (e.g. torch.bfloat16); None: the model's
-    weights:DecodingWeights|None=None, # eval mode with the cache: weights prepared once for many calls
+    dtype:torch.dtype|None=None, # eval mode with the cache: decode in this dtype (None: model's)
+    weights:DecodingWeights|None=None, # eval mode with the cache: weights prepared once
 )->Tensor:                    # (batch, out_len) best hypothesis per sentence, starting with `<s>`
     "Batched beam search with the key/value cache"
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")
     lean = use_cache and not model.training
-    if (dtype is not None or weights is not None) and not lean: raise ValueError("dtype and weights need use_cache=True and a model in eval mode")
+    if (dtype is not None or weights is not None) and not lean:
+        raise ValueError("dtype and weights need use_cache=True and a model in eval mode")
     with torch.inference_mode():
         b, k, dev = src.shape[0], beam_size, src.device
         memory, mask = model.encode(src)
@@ -334,7 +391,8 @@ def beam_search(
         dec = IncrementalDecoder(model, memory, mask, max_len, dtype, weights) if lean else None
         cache = model.new_cache() if use_cache and not lean else None
         ys = torch.full((b * k, 1), BOS, dtype=torch.long, device=dev)
-        scores = torch.full((b, k), float('-inf'), device=dev); scores[:, 0] = 0   # start from one live beam
+        scores = torch.full((b, k), float('-inf'), device=dev)
+        scores[:, 0] = 0                                       # start from one live beam
         done = torch.zeros(b * k, dtype=torch.bool, device=dev)
         lengths = torch.ones(b * k, device=dev)
         for t in range(max_len - 1):
@@ -351,7 +409,7 @@ def beam_search(
             ys = torch.cat([ys[rows], tok.view(-1, 1)], 1)
             done, lengths = done[rows], lengths[rows] + (~done[rows]).float()
             done = done | (tok.view(-1) == EOS)
-            if lean: dec.reorder(rows)             # rows move only among the beams of one sentence: memory stays
+            if lean: dec.reorder(rows)   # rows move only among one sentence's beams: memory stays
             elif use_cache:
                 for sc, cc in cache: sc.reorder(rows); cc.reorder(rows)
             if done.all(): break
@@ -369,7 +427,8 @@ def attention_maps(
 )->dict[str,Tensor]:          # 'encoder' (N, h, S, S), 'decoder' (N, h, T, T), 'cross' (N, h, T, S)
     "Attention weights of every layer and head for one sentence pair"
     memory, mask = model.encode(src, keep_weights=True)
-    mpos = torch.arange(src.shape[1]).expand(1, -1); pos = torch.arange(tgt_in.shape[1]).expand(1, -1)
+    mpos = torch.arange(src.shape[1]).expand(1, -1)
+    pos = torch.arange(tgt_in.shape[1]).expand(1, -1)
     x = model._embed(tgt_in, pos)
     for layer in model.decoder: x = layer(x, memory, mask, pos, mpos, None, keep_weights=True)
     return {'encoder': torch.stack([l.weights[0] for l in model.encoder]),

@@ -15,17 +15,19 @@ from .train import make_config, make_optimizer, smoothed_loss
 import torch.nn.functional as F
 
 # %% auto #0
-__all__ = ['MATMUL_OPS', 'AT_ISSUE', 'benchmark_training', 'training_matmul_seconds', 'benchmark_decoding', 'decode_weight_floor',
-           'speed_table', 'load_run', 'runs_table', 'scheme_table', 'plot_curves', 'plot_attention']
+__all__ = ['MATMUL_OPS', 'AT_REFERENCE', 'benchmark_training', 'training_matmul_seconds', 'benchmark_decoding',
+           'decode_weight_floor', 'speed_table', 'load_run', 'runs_table', 'scheme_table', 'plot_curves',
+           'attention_grid', 'plot_attention']
 
 # %% ../../nbs/13_mt_results.ipynb #6b05d7c0
 def _training_step(N, d_model, d_ff, h, vocab_size, batch, src_len, tgt_len, position):
-    "Our training step (forward, label-smoothed loss, backward, Adam, Noam) on one fixed random batch"
+    "Our training step (forward, label-smoothed loss, backward, Adam, Noam) on a fixed random batch"
     torch.manual_seed(0)
     cfg = make_config('tiny', N=N, d_model=d_model, d_ff=d_ff, h=h, position=position, device='cpu')
     model = Seq2SeqTransformer(vocab_size, N, d_model, d_ff, h, 0.1, position, 128).train()
     opt, sched = make_optimizer(model, cfg)
-    src = torch.randint(4, vocab_size, (batch, src_len)); tgt = torch.randint(4, vocab_size, (batch, tgt_len + 1))
+    src = torch.randint(4, vocab_size, (batch, src_len))
+    tgt = torch.randint(4, vocab_size, (batch, tgt_len + 1))
     def step():
         loss = smoothed_loss(model(src, tgt[:, :-1]), tgt[:, 1:]) / (batch * tgt_len)
         loss.backward(); opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
@@ -38,7 +40,7 @@ def benchmark_training(
     steps:int=10, warmup:int=2, # timed and untimed optimizer steps
     position:str='sinusoidal',  # position scheme
 )->float:                       # source+target tokens per second
-    "Tokens/s of our training step (forward, label-smoothed loss, backward, Adam, Noam) on random data"
+    "Tokens/s of our training step (forward, label-smoothed loss, backward, Adam, Noam)"
     step = _training_step(N, d_model, d_ff, h, vocab_size, batch, src_len, tgt_len, position)
     for i in range(warmup + steps):
         if i == warmup: t0 = time.perf_counter()
@@ -54,13 +56,14 @@ def training_matmul_seconds(
     steps:int=3, warmup:int=2,  # profiled and untimed steps
     position:str='sinusoidal',  # position scheme
 )->float:                       # seconds per step inside matrix products
-    "Seconds per training step spent in matrix products (self CPU time of `MATMUL_OPS` under `torch.profiler`)"
+    "Seconds per training step in matrix products (self CPU time of `MATMUL_OPS`, `torch.profiler`)"
     from torch.profiler import profile, ProfilerActivity
     step = _training_step(N, d_model, d_ff, h, vocab_size, batch, src_len, tgt_len, position)
     for _ in range(warmup): step()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(steps): step()
-    return sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in MATMUL_OPS) / 1e6 / steps
+    in_matmul = sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in MATMUL_OPS)
+    return in_matmul / 1e6 / steps
 
 # %% ../../nbs/13_mt_results.ipynb #d71ead10
 def benchmark_decoding(
@@ -71,7 +74,7 @@ def benchmark_decoding(
     repeats:int=3,              # best of this many
     position:str='sinusoidal',  # position scheme
     dtype:torch.dtype|None=None,# decoding dtype (cached path only), e.g. torch.bfloat16
-    prepared:bool=False,        # prepare the decoding weights once, outside the timing (`DecodingWeights`)
+    prepared:bool=False,        # prepare the decoding weights once, outside the timing
 )->float:                       # seconds to decode one sentence
     "Seconds for greedy decoding of one sentence to exactly `out_len` tokens (best of `repeats`)"
     torch.manual_seed(0)
@@ -81,7 +84,8 @@ def benchmark_decoding(
     best = math.inf
     for _ in range(repeats):
         t0 = time.perf_counter()
-        ys = greedy_decode(model, src, out_len, use_cache=use_cache, min_len=out_len, dtype=None if prepared else dtype, weights=weights)
+        ys = greedy_decode(model, src, out_len, use_cache=use_cache, min_len=out_len,
+                           dtype=None if prepared else dtype, weights=weights)
         best = min(best, time.perf_counter() - t0)
     assert ys.shape[1] == out_len
     return best
@@ -93,11 +97,13 @@ def decode_weight_floor(
     dtype:torch.dtype=torch.float32, # weight dtype
     repeats:int=3,              # best of this many
 )->float:                       # seconds
-    "Seconds for the matrix-vector products alone of `steps` one-sentence decoding steps (best of `repeats`)"
+    "Seconds for the matrix-vector products alone of `steps` one-sentence decoding steps (best of)"
     torch.manual_seed(0)
     d, f = d_model, d_ff
-    mats = [torch.randn(o, i).to(dtype) for _ in range(N) for o, i in ((3 * d, d), (d, d), (d, d), (d, d), (f, d), (d, f))]
-    mats.append(torch.randn(vocab_size, d).to(dtype))
+    # per layer: W_qkv, W_o, the cross-attention's W_q and W_o, W_1, W_2
+    shapes = ((3 * d, d), (d, d), (d, d), (d, d), (f, d), (d, f))
+    mats = [torch.randn(o, i).to(dtype) for _ in range(N) for o, i in shapes]
+    mats.append(torch.randn(vocab_size, d).to(dtype))                # the output projection
     xs = {i: torch.randn(1, i).to(dtype) for i in (d, f)}
     best = math.inf
     with torch.inference_mode():
@@ -109,27 +115,38 @@ def decode_weight_floor(
     return best
 
 # %% ../../nbs/13_mt_results.ipynb #95c02bb5
-AT_ISSUE = {'small': dict(train_tokens_per_s=3700, decode_s=0.47), 'base': dict(train_tokens_per_s=760, decode_s=4.2)}
+AT_REFERENCE = {'small': dict(train_tokens_per_s=3700, decode_s=0.47),
+                'base': dict(train_tokens_per_s=760, decode_s=4.2)}   # the reference timings
 
 def speed_table(vs:dict, kind:str='train')->str:
-    "Markdown table ('train' or 'decode') of an interleaved measurement of ours vs the Annotated Transformer (AT) re-implementation"
-    if kind not in ('train', 'decode'): raise ValueError(f"kind must be 'train' or 'decode', got {kind!r}")
-    if kind == 'train':
-        rows = ['| size | AT (issue 6), tok/s | AT here | ours here | ours / AT | target: 1.5 × AT here | ours inside matrix products, s/step | '
-                'matrix products alone, tok/s | their ceiling / AT |', '|---|---|---|---|---|---|---|---|---|']
-    else:
-        rows = ['| size | AT (issue 6), s | AT here | ours, cached | AT / ours | ours, cached, bf16 | AT / ours bf16 | weight floor | '
-                'weight floor, bf16 | ours, uncached | uncached / cached |', '|---|---|---|---|---|---|---|---|---|---|---|']
+    "Markdown table of an interleaved measurement, ours vs the Annotated Transformer (AT) re-typed"
+    kinds = ('train', 'train_floor', 'decode', 'decode_floor')
+    if kind not in kinds: raise ValueError(f"kind must be one of {kinds}, got {kind!r}")
+    head = {'train': ['AT, reference (tok/s)', 'AT, this run (tok/s)', 'ours (tok/s)', 'ours / AT',
+                      'target: 1.5 × AT (tok/s)'],
+            'train_floor': ['ours inside matrix products (s/step)', 'matrix products alone (tok/s)',
+                            'that ceiling / AT'],
+            'decode': ['AT, reference (s)', 'AT, this run (s)', 'ours, cached (s)', 'AT / ours',
+                       'ours, cached, bf16 (s)', 'AT / ours bf16'],
+            'decode_floor': ['weight floor (s)', 'weight floor, bf16 (s)', 'ours, uncached (s)',
+                             'uncached / cached']}[kind]
+    rows = ['| size | ' + ' | '.join(head) + ' |', '|---' * (len(head) + 1) + '|']
     for k in ('small', 'base'):
-        b, ref = vs[k], AT_ISSUE[k]; name = f"{k} (N={b['N']}, d={b['d_model']})"
+        b, ref = vs[k], AT_REFERENCE[k]; name = f"{k} (N={b['N']}, d={b['d_model']})"
         if kind == 'train':
+            cells = [f"{ref['train_tokens_per_s']:,}", f"{b['at_train']:,.0f}", f"{b['ours_train']:,.0f}",
+                     f"{b['ours_train'] / b['at_train']:.2f}×", f"{1.5 * b['at_train']:,.0f}"]
+        elif kind == 'train_floor':
             ceiling = vs.get('tokens_per_step', 32 * 40) / b['ours_matmul_s']
-            rows.append(f"| {name} | {ref['train_tokens_per_s']:,} | {b['at_train']:,.0f} | {b['ours_train']:,.0f} | {b['ours_train'] / b['at_train']:.2f}× | "
-                        f"{1.5 * b['at_train']:,.0f} | {b['ours_matmul_s']:.3f} | {ceiling:,.0f} | {ceiling / b['at_train']:.2f}× |")
+            cells = [f"{b['ours_matmul_s']:.3f}", f"{ceiling:,.0f}", f"{ceiling / b['at_train']:.2f}×"]
+        elif kind == 'decode':
+            cells = [f"{ref['decode_s']}", f"{b['at_decode']:.3f}", f"{b['ours_decode']:.3f}",
+                     f"{b['at_decode'] / b['ours_decode']:.1f}×", f"{b['ours_decode_bf16']:.3f}",
+                     f"{b['at_decode'] / b['ours_decode_bf16']:.1f}×"]
         else:
-            rows.append(f"| {name} | {ref['decode_s']} | {b['at_decode']:.3f} | {b['ours_decode']:.3f} | {b['at_decode'] / b['ours_decode']:.1f}× | "
-                        f"{b['ours_decode_bf16']:.3f} | {b['at_decode'] / b['ours_decode_bf16']:.1f}× | {b['floor_decode']:.3f} | "
-                        f"{b['floor_decode_bf16']:.3f} | {b['ours_decode_uncached']:.3f} | {b['ours_decode_uncached'] / b['ours_decode']:.1f}× |")
+            cells = [f"{b['floor_decode']:.3f}", f"{b['floor_decode_bf16']:.3f}",
+                     f"{b['ours_decode_uncached']:.3f}", f"{b['ours_decode_uncached'] / b['ours_decode']:.1f}×"]
+        rows.append(f"| {name} | " + ' | '.join(cells) + ' |')
     return '\n'.join(rows)
 
 # %% ../../nbs/13_mt_results.ipynb #28ddfe99
@@ -145,14 +162,16 @@ def load_run(path:str|Path)->dict:
 
 # %% ../../nbs/13_mt_results.ipynb #f315c480
 def runs_table(runs:list[dict])->str:
-    "Markdown table: one row per run, BLEU/chrF on val and test_2016_flickr, greedy and beam"
-    rows = ['| run | position | seed | epochs | train min | tokens/s | val BLEU greedy / beam | test BLEU greedy / beam | test chrF greedy / beam |',
+    "Markdown table: one row per run, BLEU/chrF on val and test_2016_flickr, greedy / beam"
+    rows = ['| run | position | seed | epochs | train min | tokens/s | val BLEU | test BLEU | test chrF |',
             '|---|---|---|---|---|---|---|---|---|']
     for r in runs:
         v, t = r['results']['val'], r['results']['test_2016_flickr']
-        rows.append(f"| {r['name']} | {r['config']['position']} | {r['config']['seed']} | {r['epochs']} | {r['train_seconds'] / 60:.1f} | "
-                    f"{r['tokens_per_s']:,} | {v['greedy']['bleu']:.2f} / {v['beam']['bleu']:.2f} | {t['greedy']['bleu']:.2f} / "
-                    f"{t['beam']['bleu']:.2f} | {t['greedy']['chrf']:.2f} / {t['beam']['chrf']:.2f} |")
+        rows.append(f"| {r['name']} | {r['config']['position']} | {r['config']['seed']} | {r['epochs']} | "
+                    f"{r['train_seconds'] / 60:.1f} | {r['tokens_per_s']:,} | "
+                    f"{v['greedy']['bleu']:.2f} / {v['beam']['bleu']:.2f} | "
+                    f"{t['greedy']['bleu']:.2f} / {t['beam']['bleu']:.2f} | "
+                    f"{t['greedy']['chrf']:.2f} / {t['beam']['chrf']:.2f} |")
     return '\n'.join(rows)
 
 def _ms(xs): return f"{statistics.mean(xs):.2f} ± {statistics.stdev(xs):.2f}" if len(xs) > 1 else f"{xs[0]:.2f}"
@@ -171,33 +190,56 @@ def scheme_table(runs:list[dict], split:str='test_2016_flickr')->str:
 def plot_curves(runs:list[dict], title:str=''):
     "Training loss, validation loss and validation BLEU (greedy) per epoch for each run"
     import matplotlib.pyplot as plt
-    fig, axs = plt.subplots(1, 3, figsize=(13, 3.6))
+    fig, axs = plt.subplots(1, 3, figsize=(7.5, 3.1), layout='constrained')
     for r in runs:
         tr = [m for m in r['metrics'] if m['kind'] == 'train']; ep = [m for m in r['metrics'] if m['kind'] == 'epoch']
         lbl = f"{r['config']['position']} (seed {r['config']['seed']})"
         l, = axs[0].plot([m['epoch'] for m in tr], [m['loss'] for m in tr], label=lbl, lw=1)
-        axs[1].plot([m['epoch'] for m in ep], [m['val_loss'] for m in ep], 'o-', color=l.get_color(), label=lbl)
-        if ep and 'val_bleu' in ep[0]: axs[2].plot([m['epoch'] for m in ep], [m['val_bleu'] for m in ep], 'o-', color=l.get_color(), label=lbl)
-    for ax, yl in zip(axs, ('training loss (label-smoothed, per token)', 'validation loss', 'validation BLEU (greedy, sacreBLEU)')):
-        ax.set_xlabel('epoch'); ax.set_ylabel(yl); ax.grid(alpha=.3)
-    axs[2].legend(fontsize=7); fig.suptitle(title); fig.tight_layout()
+        axs[1].plot([m['epoch'] for m in ep], [m['val_loss'] for m in ep], 'o-', color=l.get_color(), label=lbl, ms=3)
+        if ep and 'val_bleu' in ep[0]:
+            axs[2].plot([m['epoch'] for m in ep], [m['val_bleu'] for m in ep], 'o-', color=l.get_color(), label=lbl, ms=3)
+    for ax, yl in zip(axs, ('training loss (per token)', 'validation loss (per token)', 'validation BLEU (greedy)')):
+        ax.set_xlabel('epoch', fontsize=9); ax.set_ylabel(yl, fontsize=9); ax.grid(alpha=.3); ax.tick_params(labelsize=9)
+    handles, labels = axs[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc='outside lower center', ncol=min(len(runs), 4), fontsize=9, frameon=False)
+    if title: fig.suptitle(title, fontsize=10)
     return fig
 
 # %% ../../nbs/13_mt_results.ipynb #274f9d0b
-def plot_attention(att:dict, kind:str='cross', layers:list|None=None, title:str=''):
-    "Heat maps of `att[kind]` ('encoder', 'decoder' or 'cross'): one row per layer, one column per head"
+def attention_grid(
+    panels:list,          # (title, weights (rows × cols), row tokens, column tokens) per heat map
+    ncols:int,            # heat maps per figure row
+    title:str='',         # figure title
+    width:float=7.5,      # figure width, inches
+):
+    "Heat maps of attention weights (0 dark, 1 yellow), token labels at 9 pt, `ncols` to a row"
     import matplotlib.pyplot as plt
-    w = att[kind]; layers = list(range(len(w))) if layers is None else layers; H = len(w[0])
+    nrows = math.ceil(len(panels) / ncols)
+    n_r, n_c = max(len(p[2]) for p in panels), max(len(p[3]) for p in panels)
+    cell = (width - 1.1 * ncols) / ncols / n_c           # inches per token, labels beside each map
+    fig, axs = plt.subplots(nrows, ncols, squeeze=False, layout='constrained',
+                            figsize=(width, nrows * (cell * n_r + 1.2) + 0.3))
+    for ax, (t, w, rows, cols) in zip(axs.flat, panels):
+        ax.imshow(w, vmin=0, vmax=1, cmap='viridis')
+        ax.set_xticks(range(len(cols))); ax.set_yticks(range(len(rows)))
+        ax.set_xticklabels(cols, rotation=90, fontsize=9); ax.set_yticklabels(rows, fontsize=9)
+        ax.set_title(t, fontsize=9)
+    for ax in axs.flat[len(panels):]: ax.axis('off')
+    if title: fig.suptitle(title, fontsize=10)
+    return fig
+
+def plot_attention(
+    att:dict,               # a run's attention maps (`attention.json`)
+    kind:str='cross',       # 'encoder', 'decoder' or 'cross'
+    layers:list|None=None,  # layers to show (default: all)
+    title:str='',           # figure title
+    heads:list|None=None,   # heads to show (default: all)
+    ncols:int|None=None,    # heat maps per row (default: one row per layer)
+):
+    "Heat maps of `att[kind]`: one per layer and head, in layer order"
+    w = att[kind]; layers = list(range(len(w))) if layers is None else layers
+    heads = list(range(len(w[0]))) if heads is None else heads
     q = att['src_tokens'] if kind == 'encoder' else att['tgt_tokens']
     k = att['tgt_tokens'] if kind == 'decoder' else att['src_tokens']
-    fig, axs = plt.subplots(len(layers), H, figsize=(2.2 * H, 2.2 * len(layers)), squeeze=False)
-    for i, l in enumerate(layers):
-        for hd in range(H):
-            ax = axs[i][hd]; ax.imshow(w[l][hd], vmin=0, vmax=1, cmap='viridis')
-            ax.set_xticks(range(len(k))); ax.set_yticks(range(len(q)))
-            ax.set_xticklabels(k if i == len(layers) - 1 else [], rotation=90, fontsize=6)
-            ax.set_yticklabels(q if hd == 0 else [], fontsize=6)
-            if i == 0: ax.set_title(f'head {hd}', fontsize=8)
-            if hd == 0: ax.set_ylabel(f'layer {l}', fontsize=8)
-    fig.suptitle(title or f'{kind} attention'); fig.tight_layout()
-    return fig
+    panels = [(f'layer {l}, head {h}', w[l][h], q, k) for l in layers for h in heads]
+    return attention_grid(panels, ncols or len(heads), title or f'{kind} attention')

@@ -23,7 +23,7 @@ except ImportError: tqdm = None
 # %% auto #0
 __all__ = ['PRESETS', 'EXAMPLE_DE', 'EXAMPLE_EN', 'RUN_LENGTH_FIELDS', 'TranslationConfig', 'make_config', 'smoothed_loss',
            'noam_lr', 'make_optimizer', 'load_splits', 'atomic_save', 'rng_state', 'set_rng_state', 'translate',
-           'score', 'hardware', 'eval_loss', 'load_model', 'example_attention', 'evaluate', 'train']
+           'score', 'train_step', 'hardware', 'eval_loss', 'load_model', 'example_attention', 'evaluate', 'train']
 
 # %% ../../nbs/12_mt_train.ipynb #eea537c6
 @dataclass
@@ -94,9 +94,11 @@ def noam_lr(step:int, d_model:int, warmup:int, factor:float=1.0)->float:
 
 def make_optimizer(model, cfg:TranslationConfig):
     "Adam(0.9, 0.98, 1e-9) and a `LambdaLR` following `noam_lr`"
-    kw = dict(fused=True) if cfg.device != 'cpu' and torch.cuda.is_available() else dict(foreach=True)
+    fused = cfg.device != 'cpu' and torch.cuda.is_available()
+    kw = dict(fused=True) if fused else dict(foreach=True)
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, **kw)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: noam_lr(s + 1, cfg.d_model, cfg.warmup, cfg.lr_factor))
+    lr = lambda s: noam_lr(s + 1, cfg.d_model, cfg.warmup, cfg.lr_factor)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr)
     return opt, sched
 
 # %% ../../nbs/12_mt_train.ipynb #d82c033f
@@ -147,7 +149,7 @@ def translate(
     max_len:int=72,           # longest output
     batch_size:int=128,       # sentences per batch
     device=None,              # where to run (default: the model's device)
-    dtype:torch.dtype|None=None, # decode in this dtype, e.g. torch.bfloat16 (default: the model's; see `IncrementalDecoder`)
+    dtype:torch.dtype|None=None, # decode in this dtype, e.g. torch.bfloat16 (default: the model's)
 )->list[str]:                 # detokenized translations, in input order
     "Translate `sentences` with greedy decoding or beam search"
     model.eval(); device = device or next(model.parameters()).device
@@ -166,11 +168,41 @@ def translate(
 # %% ../../nbs/12_mt_train.ipynb #5e883f2e
 def score(hyps:list[str], refs:list[str])->dict:
     "sacreBLEU corpus BLEU and chrF of `hyps` against one reference each, with signatures"
-    if len(hyps) != len(refs): raise ValueError(f"hyps and refs must have the same length, got {len(hyps)} and {len(refs)}")
+    if len(hyps) != len(refs):
+        raise ValueError("hyps and refs must have the same length, "
+                         f"got {len(hyps)} and {len(refs)}")
     bleu, chrf = BLEU(), CHRF()
     b, c = bleu.corpus_score(hyps, [refs]), chrf.corpus_score(hyps, [refs])
-    return dict(bleu=round(b.score, 2), chrf=round(c.score, 2), bleu_signature=str(bleu.get_signature()),
-                chrf_signature=str(chrf.get_signature()), bleu_detail=str(b))
+    return dict(bleu=round(b.score, 2), chrf=round(c.score, 2),
+                bleu_signature=str(bleu.get_signature()), chrf_signature=str(chrf.get_signature()),
+                bleu_detail=str(b))
+
+# %% ../../nbs/12_mt_train.ipynb #17a0916c
+def train_step(
+    net, fwd,                # the model (wrapped in DDP when distributed) and the forward to call
+    opt, sched,              # optimizer and learning-rate schedule
+    data:list[tuple[Tensor,Tensor]], # the step's micro-batches: (src, tgt) from `collate`
+    cfg:TranslationConfig,   # label smoothing and amp settings
+    device:torch.device,     # where to compute
+    world:int=1,             # number of data-parallel processes
+    loss_sum:Tensor|float=0.0, # running loss sum this step's losses are added to
+)->tuple[Tensor|float,int,int]: # (loss_sum + this step's summed loss, target tokens, all tokens)
+    "One optimizer step over the micro-batches `data`: forward, loss, backward on each; then Adam"
+    n_tgt = sum(int((t[:, 1:] != PAD).sum()) for _, t in data)       # tokens the loss is over
+    step_tok = n_tgt + sum(int((s != PAD).sum()) for s, _ in data)   # source + target tokens
+    amp = dict(device_type=device.type, dtype=torch.bfloat16,
+               enabled=cfg.amp and device.type == 'cuda')           # bf16 autocast on CUDA
+    for j, (src, tgt) in enumerate(data):
+        src, tgt = src.to(device, non_blocking=True), tgt.to(device, non_blocking=True)
+        sync = j == len(data) - 1 or world == 1
+        ctx = net.no_sync() if not sync else contextlib.nullcontext()
+        with ctx:
+            with torch.autocast(**amp): logits = fwd(src, tgt[:, :-1])    # reads <s> y_1 ...
+            loss = smoothed_loss(logits, tgt[:, 1:], cfg.label_smoothing)   # predicts y_1 ... </s>
+            (loss / n_tgt).backward()
+        loss_sum = loss_sum + loss.detach()   # no .item() here: no GPU sync per micro-batch
+    opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
+    return loss_sum, n_tgt, step_tok
 
 # %% ../../nbs/12_mt_train.ipynb #5de005f0
 def _device(cfg):
@@ -301,7 +333,6 @@ def train(
     net = model
     if world > 1: net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == 'cuda' else None)
     fwd = torch.compile(net, dynamic=True) if cfg.compile else net
-    amp = dict(device_type=device.type, dtype=torch.bfloat16, enabled=cfg.amp and device.type == 'cuda')
     metrics = run_dir/'metrics.jsonl'
 
     def save():
@@ -331,19 +362,8 @@ def train(
         while st['batch'] < n_micro:
             group = batches[st['batch']:st['batch'] + cfg.accum_steps]
             data = [collate([train_ex[i] for i in b]) for b in group]
-            n_tgt = sum(int((t[:, 1:] != PAD).sum()) for _, t in data)
-            step_tok = n_tgt + sum(int((s != PAD).sum()) for s, _ in data)   # source + target tokens of this step
-            for j, (src, tgt) in enumerate(data):
-                src, tgt = src.to(device, non_blocking=True), tgt.to(device, non_blocking=True)
-                sync = j == len(data) - 1 or world == 1
-                ctx = net.no_sync() if not sync else contextlib.nullcontext()
-                with ctx:
-                    with torch.autocast(**amp): logits = fwd(src, tgt[:, :-1])
-                    loss = smoothed_loss(logits, tgt[:, 1:], cfg.label_smoothing)
-                    (loss / n_tgt).backward()
-                lsum = lsum + loss.detach()   # no .item() here: no GPU sync per micro-batch
+            lsum, n_tgt, step_tok = train_step(net, fwd, opt, sched, data, cfg, device, world, lsum)
             ntgt += n_tgt; ntok += step_tok
-            opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
             st['batch'] += len(group); st['step'] += 1; st['tokens'] += step_tok * world
             now = time.time(); st['train_seconds'] += now - t_last; t_last = now
             if bar: bar.update(1)
