@@ -30,8 +30,8 @@ class KVCache:
     @property
     def values(self)->Tensor|None: return None if self._v is None else self._v[:, :, :self.length]
 
-    def append(self, k:Tensor, v:Tensor)->tuple[Tensor, Tensor]:
-        "Store new keys/values (batch, kv_heads, new, head_dim); return all keys and values so far"
+    def _reserve(self, k:Tensor, v:Tensor)->int:
+        "Room for `k`'s new positions (doubling the storage when full); return the new length"
         if self._k is not None and (k.shape[:2] != self._k.shape[:2]
                                     or k.shape[-1] != self._k.shape[-1]):
             raise ValueError(f"cache holds (batch, kv_heads, ., head_dim) = {tuple(self._k.shape)},"
@@ -44,6 +44,11 @@ class KVCache:
             if self.length:
                 new_k[:, :, :self.length] = self.keys; new_v[:, :, :self.length] = self.values
             self._k, self._v = new_k, new_v
+        return need
+
+    def append(self, k:Tensor, v:Tensor)->tuple[Tensor, Tensor]:
+        "Store new keys/values (batch, kv_heads, new, head_dim); return all keys and values so far"
+        need = self._reserve(k, v)
         self._k[:, :, self.length:need] = k
         self._v[:, :, self.length:need] = v
         self.length = need
@@ -63,6 +68,26 @@ class KVCache:
     def __repr__(self):
         return (f"KVCache(length={self.length}, position={self.position}, "
                 f"memory={self.memory is not None})")
+
+# %% ../nbs/03_attention.ipynb #dcbbf84e
+@patch
+def append_rotated(self:KVCache,
+    rotary:RotaryEmbedding,     # the attention's rotary embedding (its rows, pairing and backend)
+    q:Tensor,                   # (batch, heads, new, head_dim) new queries
+    k:Tensor,                   # (batch, kv_heads, new, head_dim) new keys, not yet rotated
+    v:Tensor,                   # (batch, kv_heads, new, head_dim) new values
+    positions:Tensor|None=None, # (new,) or (batch, new); default offset + 0, 1, ...
+    offset:int|Tensor=0,        # added to the positions
+)->tuple[Tensor, Tensor, Tensor]: # q rotated, all keys and all values so far
+    "Rotate `q` and `k` at their positions and store `k`, `v`, in one pass"
+    from rope_lit.kernels import rotary_append
+    cos, sin = rotary.cos_sin(q.shape[2], positions, offset, q.shape[0], q.device, q.dtype)
+    if cos.ndim == 2: cos, sin = cos[None], sin[None]     # (1, new, r/2): rows of the new tokens
+    need = self._reserve(k, v)
+    q = rotary_append(q, k, v, self._k, self._v, cos, sin, self.length,
+                      interleaved=rotary.interleaved, backend=rotary._backend_fn(q.device.type))
+    self.length = need
+    return q, self.keys, self.values
 
 # %% ../nbs/03_attention.ipynb #f176702a
 def padding_mask(
@@ -201,8 +226,12 @@ def forward(self:RotaryMultiHeadAttention,
     if memory is None:                           # self-attention: q and k at the same positions
         k = self._split_heads(self.k_proj(x), self.n_kv_heads)
         v = self._split_heads(self.v_proj(x), self.n_kv_heads)
-        if self.rotary is not None: q, k = self.rotary(q, k, positions=positions, offset=offset)
-        if cache is not None: k, v = cache.append(k, v)  # keys stored rotated, once
+        if cache is not None and self.rotary is not None:   # rotated and stored in one pass
+            q, k, v = cache.append_rotated(self.rotary, q, k, v, positions, offset)
+        else:
+            if self.rotary is not None:
+                q, k = self.rotary(q, k, positions=positions, offset=offset)
+            if cache is not None: k, v = cache.append(k, v)  # keys stored rotated, once
     else:                                        # cross-attention: memory keys at their positions
         kv = _cache_memory(cache, memory)
         if kv is None:

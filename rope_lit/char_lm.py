@@ -16,11 +16,12 @@ from .attention import RotaryMultiHeadAttention
 from .rope import RotaryEmbedding
 from .scaling import yarn_attention_factor
 from .frequencies import rope_frequencies
+from .lm_cli import _parser, main   # the command line: a light module, fast `--help`
 
 # %% auto #0
 __all__ = ['REPO_ROOT', 'TINY_SHAKESPEARE', 'POSITIONS', 'VARIANTS', 'SETTINGS', 'load_text', 'generated_text', 'CharVocab',
            'split_text', 'sinusoidal_positions', 'Block', 'CharLM', 'set_rotary_frequencies', 'variant_frequencies',
-           'train_lm', 'eval_loss', 'run_experiment', 'results_table', 'plot_results', 'save_results', 'main']
+           'train_lm', 'eval_loss', 'run_experiment', 'results_table', 'plot_results', 'save_results']
 
 # %% ../nbs/14_char_lm.ipynb #8e6ee676
 REPO_ROOT = Path(rope_lit.__file__).resolve().parent.parent
@@ -231,6 +232,10 @@ def train_lm(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step(); sched.step()
         losses.append(loss.item())
+        if not math.isfinite(losses[-1]):   # stop at once: nothing is saved or written
+            raise ValueError(f"training loss of the {model.position} model became non-finite "
+                             f"({losses[-1]}) at step {len(losses)}: nothing was written; "
+                             "try a lower learning rate or a larger batch")
         if progress: bar.set_postfix(loss=f"{loss.item():.3f}")
     model.eval()
     return losses
@@ -406,52 +411,3 @@ def save_results(
     import matplotlib.pyplot as plt
     plt.close(plot_results(results, out/'ppl_vs_context.png'))
     return out
-
-# %% ../nbs/14_char_lm.ipynb #3e1ffc98
-def _int_list(s): return [int(x) for x in s.split(',') if x]
-
-def _parser():
-    ap = argparse.ArgumentParser(prog='rope-lit-lm', description=(
-        "Train a small character language model per position scheme (sinusoidal, RoPE, He & Xu's RoPE, none) at one "
-        "context length and report validation perplexity at longer contexts, applying each RoPE scaling variant "
-        "(linear, ntk, dynamic_ntk, yarn, yarn_no_temp, llama3) to the RoPE model at inference."))
-    ap.add_argument('--size', choices=sorted(SETTINGS), default='tiny',
-                    help="preset: 'tiny' (generated text, seconds, for CI) or 'full' (Tiny Shakespeare, minutes per model); default tiny")
-    ap.add_argument('--data', default=None, help="text file to train on (default: Tiny Shakespeare for full, generated text for tiny; 'generated' forces generated text)")
-    ap.add_argument('--out', default='lm_results', help='folder for results.json, results.md and ppl_vs_context.png (default lm_results)')
-    ap.add_argument('--schemes', default=','.join(POSITIONS), help=f'comma-separated position schemes to train, from {",".join(POSITIONS)}')
-    ap.add_argument('--variants', default=','.join(VARIANTS), help=f'comma-separated scaling variants for the RoPE model, from {",".join(VARIANTS)}')
-    ap.add_argument('--seeds', type=_int_list, default=[0], help='comma-separated seeds, one model per scheme and seed (default 0)')
-    ap.add_argument('--steps', type=int, default=None, help='training steps per model (default: the preset)')
-    ap.add_argument('--batch-size', type=int, default=None, help='training windows per step (default: the preset)')
-    ap.add_argument('--context', type=int, default=None, help='training context length (default: the preset, 128 for full)')
-    ap.add_argument('--contexts', type=_int_list, default=None, help='comma-separated evaluation contexts (default: the preset, 128,...,2048 for full)')
-    ap.add_argument('--eval-tokens', type=int, default=None, help='validation characters evaluated at every context (default: the preset)')
-    ap.add_argument('--d-model', type=int, default=None, help='model width (default: the preset, 128 for full)')
-    ap.add_argument('--n-layers', type=int, default=None, help='transformer blocks (default: the preset)')
-    ap.add_argument('--n-heads', type=int, default=None, help='attention heads (default: the preset)')
-    ap.add_argument('--hexu-max-len', type=int, default=None, help="He & Xu's n_9 for the 'hexu' scheme (default: the longest evaluation context)")
-    ap.add_argument('--checkpoint-dir', default=None, help='save trained models here and reuse them when the settings match')
-    ap.add_argument('--threads', type=int, default=1, help='torch CPU threads (default 1)')
-    ap.add_argument('--no-progress', action='store_true', help='hide the progress bars')
-    return ap
-
-# %% ../nbs/14_char_lm.ipynb #7c93cddc
-def main(argv=None):
-    "Entry point of `rope-lit-lm`"
-    from_cli = argv is None                      # the console script: return None, so its exit status is 0
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = _parser().parse_args(argv)
-    overrides = {k: v for k, v in dict(steps=args.steps, batch_size=args.batch_size, context=args.context, contexts=args.contexts,
-                 eval_tokens=args.eval_tokens, d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads,
-                 hexu_max_len=args.hexu_max_len).items() if v is not None}
-    if 'contexts' in overrides and 'hexu_max_len' not in overrides: overrides['hexu_max_len'] = max(overrides['contexts'])
-    torch.set_num_threads(args.threads)
-    try:
-        results = run_experiment(args.size, schemes=[s for s in args.schemes.split(',') if s], variants=[v for v in args.variants.split(',') if v],
-                                 seeds=args.seeds, data=args.data, checkpoint_dir=args.checkpoint_dir, progress=not args.no_progress, **overrides)
-    except (ValueError, FileNotFoundError) as e: sys.exit(f"rope-lit-lm: error: {e}")
-    results['provenance'] = _provenance(argv)
-    out = save_results(results, args.out)
-    print(results_table(results)); print(f"wrote {out/'results.json'}, {out/'results.md'}, {out/'ppl_vs_context.png'}")
-    return None if from_cli else results

@@ -7,10 +7,11 @@ Docs: https://rope-lit.github.io/rope_lit/kernels.html.md"""
 # %% auto #0
 __all__ = ['COMPILE_MIN_NUMEL', 'CPU_KERNEL_PATH', 'CPU_KERNEL_SOURCE', 'STALE_LOCK_SECONDS', 'BACKENDS', 'triton_rotary',
            'rotary_qk_triton', 'compile_available', 'rotary_qk_compiled', 'native_possible', 'native_cache_dir',
-           'native_kernel', 'rotary_qk_native', 'select_backend', 'check_backend', 'worst_errors']
+           'native_kernel', 'rotary_qk_native', 'select_backend', 'rotary_append_eager', 'rotary_append_triton',
+           'rotary_append_native', 'rotary_append', 'bench_append', 'check_backend', 'worst_errors']
 
 # %% ../nbs/04_kernels.ipynb #7cd199f8
-import functools, hashlib, inspect, operator, os, platform, shutil, sys, threading, time, warnings
+import functools, hashlib, inspect, itertools, operator, os, platform, shutil, sys, threading, time, warnings
 from pathlib import Path
 from typing import Optional
 import rope_lit
@@ -379,14 +380,24 @@ CPU_KERNEL_PATH = _PACKAGE_DIR / 'csrc' / 'rotary_cpu.cpp'
 CPU_KERNEL_SOURCE = CPU_KERNEL_PATH.read_text(encoding='utf-8')   # what the build compiles
 
 # %% ../nbs/04_kernels.ipynb #d0e53710
-_NATIVE_FUNCTIONS = ['rotary_qk', 'rotary_qk_autograd', 'copy_qk_autograd']
+_NATIVE_FUNCTIONS = ['rotary_qk', 'rotary_qk_autograd', 'copy_qk_autograd', 'rotary_append']
 _NATIVE_CFLAGS = ['-O3', '-march=native', '-fopenmp']
 
-def _machine_signature()->str:
-    "What the built code depends on besides its source: the CPU's features (-march), torch, Python"
+def _build_signature()->str:
+    "What the build depends on besides the source: CPU features, torch, Python, the environment"
+    # the environment: its prefix, and the include paths that ninja's build file embeds
+    import sysconfig
+    from torch.utils import cpp_extension
     try: flags = next((l for l in open('/proc/cpuinfo') if l.startswith(('flags', 'Features'))), '')
     except OSError: flags = ''
-    return f"{flags or platform.processor()}|{torch.__version__}|{sys.version_info[:2]}"
+    env = [sys.prefix, sysconfig.get_paths().get('include', ''), *cpp_extension.include_paths()]
+    return '|'.join([flags or platform.processor(), torch.__version__, str(sys.version_info[:2]),
+                     *env])
+
+def _native_name()->str:
+    "The cache entry's name: a hash of the source, the flags and `_build_signature()`"
+    key_text = '\n'.join([CPU_KERNEL_SOURCE, *_NATIVE_CFLAGS, _build_signature()])
+    return f"rope_lit_native_{hashlib.sha256(key_text.encode()).hexdigest()[:16]}"
 
 def _probe_native()->bool:
     if os.environ.get('ROPE_LIT_NATIVE', '1') == '0' or not sys.platform.startswith('linux'):
@@ -407,6 +418,10 @@ def native_cache_dir()->Path:
     if root: return Path(root)
     return Path(os.environ.get('XDG_CACHE_HOME') or Path.home() / '.cache') / 'rope_lit'
 
+def _say(message:str):
+    "One line on stderr, for the builds (they take a minute: never silent)"
+    print(f"rope_lit: {message}", file=sys.stderr, flush=True)
+
 # %% ../nbs/04_kernels.ipynb #80b07da8
 _native, _native_lock = {}, threading.Lock()
 # a build lock older than this was left by a killed build (a build takes about a minute)
@@ -414,25 +429,33 @@ STALE_LOCK_SECONDS = 900
 
 def _build_native(verbose):
     from torch.utils import cpp_extension
-    key_text = '\n'.join([CPU_KERNEL_SOURCE, *_NATIVE_CFLAGS, _machine_signature()])
-    name = f"rope_lit_native_{hashlib.sha256(key_text.encode()).hexdigest()[:16]}"
+    name = _native_name()
     build = native_cache_dir() / name
     build.mkdir(parents=True, exist_ok=True)
-    lock = build / 'lock'   # torch's FileBaton waits on it without a time limit
+    lock, so = build / 'lock', build / f"{name}.so"   # torch's FileBaton waits on `lock`
     if lock.exists() and time.time() - lock.stat().st_mtime > STALE_LOCK_SECONDS:
         warnings.warn(f"rope_lit: removing the stale build lock {lock} "
                       "(left by a build that did not finish)", stacklevel=3)
         lock.unlink(missing_ok=True)
+    # built, and no build running (the lock is released after the library is complete): load it
+    # as it is, without ninja, so an existing library is never rebuilt under a running process
+    if so.exists() and not lock.exists():
+        try: return cpp_extension._import_module_from_library(name, str(build), True)
+        except Exception: so.unlink(missing_ok=True)   # a damaged library: build it again
     if shutil.which('ninja') is None:   # the `ninja` package's binary, if not on PATH
         import ninja; os.environ['PATH'] = ninja.BIN_DIR + os.pathsep + os.environ.get('PATH', '')
-    if not (build / f"{name}.so").exists():
-        print("rope_lit: building the native CPU kernel "
-              "(once per machine and torch version; about a minute)", file=sys.stderr)
+    waiting = lock.exists()
+    _say(f"waiting for another process's build of the native CPU kernel ({name})" if waiting
+         else f"building the native CPU kernel {name} (once per environment; about a minute)")
+    start = time.perf_counter()
     has_opt = 'no_implicit_headers' in inspect.signature(cpp_extension.load_inline).parameters
     kw = {'no_implicit_headers': True} if has_opt else {}
-    return cpp_extension.load_inline(name, [CPU_KERNEL_SOURCE], functions=_NATIVE_FUNCTIONS,
-                                     extra_cflags=_NATIVE_CFLAGS, extra_ldflags=['-fopenmp'],
-                                     build_directory=str(build), verbose=verbose, **kw)
+    module = cpp_extension.load_inline(name, [CPU_KERNEL_SOURCE], functions=_NATIVE_FUNCTIONS,
+                                       extra_cflags=_NATIVE_CFLAGS, extra_ldflags=['-fopenmp'],
+                                       build_directory=str(build), verbose=verbose, **kw)
+    _say(f"native CPU kernel {'ready' if waiting else 'built'} "
+         f"in {time.perf_counter() - start:.1f} s")
+    return module
 
 def native_kernel(verbose:bool=False):   # print the compiler's commands and output
     "The native CPU extension: built on first use, then loaded from the cache; None if it can't be"
@@ -526,6 +549,315 @@ def select_backend(
         return rotary_qk_triton
     if name == 'compiled': return rotary_qk_compiled
     return rotary_qk_eager
+
+# %% ../nbs/04_kernels.ipynb #280d2547
+def _check_append(q, k, v, k_cache, v_cache, cos, sin, positions, offset)->tuple:
+    "Raise (the native kernel's messages) unless the arguments fit; return `(offsets, shift)`"
+    for t in (q, k, v, k_cache, v_cache):
+        if not isinstance(t, Tensor) or t.dim() != 4:
+            raise ValueError("q, k, v and the caches must be 4-d tensors, got "
+                             f"{tuple(getattr(t, 'shape', ())) or type(t).__name__}")
+    (B, _, S, D), HK, L, Dv = q.shape, k.shape[1], k_cache.shape[2], v.shape[3]
+    if tuple(k.shape) != (B, HK, S, D) or tuple(v.shape[:3]) != (B, HK, S):
+        raise ValueError(f"k and v must be (batch, kv_heads, seq, .) matching q {tuple(q.shape)}: "
+                         f"got k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if tuple(k_cache.shape) != (B, HK, L, D) or tuple(v_cache.shape) != (B, HK, L, Dv):
+        raise ValueError("the caches must be (batch, kv_heads, max_len, .) matching k and v: got "
+                         f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    if not (q.is_floating_point() and len({t.dtype for t in (q, k, v, k_cache, v_cache)}) == 1):
+        raise TypeError("q, k, v and the caches must share one floating dtype, got "
+                        + ", ".join(str(t.dtype) for t in (q, k, v, k_cache, v_cache)))
+    if k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
+        raise ValueError("the caches need a contiguous last dimension")
+    if not (isinstance(cos, Tensor) and isinstance(sin, Tensor)) or cos.shape != sin.shape:
+        raise ValueError(f"sin must have the shape of cos {tuple(getattr(cos, 'shape', ()))}")
+    if not (cos.dim() == 2 or (cos.dim() == 3 and positions is None
+                               and cos.shape[0] in (1, B) and cos.shape[1] == S)):
+        raise ValueError("cos must be a (table_len, r/2) table, or (batch, seq, r/2) rows "
+                         f"without positions, got {tuple(cos.shape)}")
+    if 2 * cos.shape[-1] > D:
+        raise ValueError(f"cos has {cos.shape[-1]} columns: rotary_dim {2 * cos.shape[-1]} "
+                         f"> head_dim {D}")
+    if positions is not None:
+        if not isinstance(positions, Tensor) or positions.is_floating_point():
+            raise TypeError("positions must be an integer tensor")
+        if tuple(positions.shape) not in ((S,), (1, S), (B, S)):
+            raise ValueError(f"positions must be (seq,) or (batch, seq) = ({S},) or ({B}, {S}), "
+                             f"got {tuple(positions.shape)}")
+    if isinstance(offset, Tensor):
+        if offset.is_floating_point() or offset.dtype == torch.bool or offset.numel() != B:
+            raise ValueError(f"offset must be an int or an integer tensor (batch,) = ({B},)")
+        offsets, shift, first = offset, 0, offset.reshape(B).to('cpu', torch.long)  # a host read
+    else:
+        offsets, shift = None, operator.index(offset)
+        first = torch.full((B,), shift, dtype=torch.long)
+    bad = ((first < 0) | (first + S > L)).nonzero()
+    if len(bad):
+        b, f = int(bad[0, 0]), int(first[bad[0, 0]])
+        raise IndexError(f"offset {f} of batch row {b}: slots {f}..{f + S - 1} are outside the "
+                         f"cache of max_len {L}")
+    if cos.dim() == 2:
+        rows = (positions.to('cpu').reshape(-1, S) if positions is not None
+                else first[:, None] + torch.arange(S))
+        bad = ((rows < 0) | (rows >= cos.shape[0])).flatten().nonzero()
+        if len(bad):
+            raise IndexError(f"position {int(rows.flatten()[bad[0, 0]])} (after offsets) is "
+                             f"outside the cos/sin table of {cos.shape[0]} rows")
+    return offsets, shift
+
+# %% ../nbs/04_kernels.ipynb #6f583b7c
+def rotary_append_eager(
+    q:Tensor,                        # (batch, heads_q, seq, head_dim): the new queries
+    k:Tensor,                        # (batch, kv_heads, seq, head_dim): the new keys
+    v:Tensor,                        # (batch, kv_heads, seq, v_dim): the new values
+    k_cache:Tensor,                  # (batch, kv_heads, max_len, head_dim), written in place
+    v_cache:Tensor,                  # (batch, kv_heads, max_len, v_dim), written in place
+    cos:Tensor,                      # (table_len, r/2) table, or (batch or 1, seq, r/2) rows
+    sin:Tensor,                      # same shape as `cos`
+    offset,                          # int, or int tensor (batch,): slot of each row's first token
+    positions:Optional[Tensor]=None, # (seq,) or (batch, seq) table rows; default offset + s
+    interleaved:bool=False,          # pair (2i, 2i+1) instead of (i, i+r/2)
+    rotate=None,                     # a `rotary_qk` function (default the eager formula)
+)->Tensor:                           # q rotated (a new tensor)
+    "The reference: rotate `q` and `k`, then copy `k` and `v` into the caches at their slots"
+    offsets, shift = _check_append(q, k, v, k_cache, v_cache, cos, sin, positions, offset)
+    S = q.shape[2]
+    slots = torch.arange(S, device=q.device) + shift
+    if offsets is not None: slots = slots + offsets.to(q.device, torch.long).reshape(-1, 1)
+    if cos.dim() == 2 and positions is None: positions = slots
+    rq, rk = (rotate or rotary_qk_eager)(q, k, cos, sin, positions=positions,
+                                         interleaved=interleaved)
+    if offsets is None:               # one slot range for every row: a slice
+        k_cache[:, :, shift:shift + S] = rk
+        v_cache[:, :, shift:shift + S] = v
+    else:                             # per batch row: scatter along the sequence axis
+        idx = slots[:, None, :, None]
+        k_cache.scatter_(2, idx.expand(rk.shape), rk)
+        v_cache.scatter_(2, idx.expand(v.shape), v)
+    return rq
+
+# %% ../nbs/04_kernels.ipynb #472f6d4e
+if triton is not None:
+    @triton.jit
+    def _copy_tile(x_ptr, o_ptr, sb, sh, ss, osb, osh, oss, b, h0, s, smask,
+                   N_HEADS: tl.constexpr, BLOCK_H: tl.constexpr, V_DIM: tl.constexpr,
+                   BLOCK_V: tl.constexpr):
+        h, f = h0 + tl.arange(0, BLOCK_H), tl.arange(0, BLOCK_V)
+        m = (h < N_HEADS)[:, None, None] & smask[None, :, None] & (f < V_DIM)[None, None, :]
+        x = tl.load(x_ptr + b * sb + h[:, None, None] * sh + s[None, :, None] * ss
+                    + f[None, None, :], mask=m)
+        tl.store(o_ptr + b * osb + h[:, None, None] * osh + s[None, :, None] * oss
+                 + f[None, None, :], x, mask=m)
+
+    @triton.jit
+    def _rotary_append_kernel(q_ptr, k_ptr, v_ptr, qo_ptr, kc_ptr, vc_ptr, cos_ptr, sin_ptr,
+                              pos_ptr, off_ptr, shift, seq_len,
+                              sqb, sqh, sqs, soqb, soqh, soqs, skb, skh, sks, skcb, skch, skcs,
+                              svb, svh, svs, svcb, svch, svcs, scb, scs, spb, sps,
+                              N_HEADS_Q: tl.constexpr, N_HEADS_K: tl.constexpr,
+                              Q_TILES: tl.constexpr, K_TILES: tl.constexpr,
+                              R2: tl.constexpr, BLOCK_R2: tl.constexpr,
+                              HEAD_DIM: tl.constexpr, BLOCK_PASS: tl.constexpr,
+                              V_DIM: tl.constexpr, BLOCK_V: tl.constexpr,
+                              BLOCK_S: tl.constexpr, BLOCK_H: tl.constexpr,
+                              INTERLEAVED: tl.constexpr, HAS_POS: tl.constexpr,
+                              HAS_OFFSETS: tl.constexpr, ROWS_PER_TOKEN: tl.constexpr,
+                              COPY_PASS: tl.constexpr):
+        pid_s = tl.program_id(0)
+        b = tl.program_id(1).to(tl.int64)
+        group = tl.program_id(2)
+        s = pid_s * BLOCK_S + tl.arange(0, BLOCK_S)
+        smask = s < seq_len
+        first = b * 0 + shift                    # the cache slot of this row's first new token
+        if HAS_OFFSETS: first += tl.load(off_ptr + b).to(tl.int64)
+        if HAS_POS: rows = tl.load(pos_ptr + b * spb + s * sps, mask=smask, other=0).to(tl.int64)
+        elif ROWS_PER_TOKEN: rows = s.to(tl.int64)
+        else: rows = first + s
+        i = tl.arange(0, BLOCK_R2)
+        cm = smask[:, None] & (i < R2)[None, :]
+        coff = b * scb + rows[:, None] * scs + i[None, :]
+        c = tl.load(cos_ptr + coff, mask=cm, other=0.0).to(tl.float32)
+        sn = tl.load(sin_ptr + coff, mask=cm, other=0.0).to(tl.float32)
+        for t in range(Q_TILES):
+            _rotate_tile(q_ptr, qo_ptr, sqb, sqh, sqs, soqb, soqh, soqs,
+                         b, (group * Q_TILES + t) * BLOCK_H, s, smask, c, sn,
+                         N_HEADS_Q, BLOCK_S, R2, BLOCK_R2, HEAD_DIM, BLOCK_PASS, BLOCK_H,
+                         INTERLEAVED, COPY_PASS)
+        # keys and values: position s goes to slot first + s, so the outputs start `first` rows in
+        kc, vc = kc_ptr + first * skcs, vc_ptr + first * svcs
+        for t in range(K_TILES):
+            h0 = (group * K_TILES + t) * BLOCK_H
+            _rotate_tile(k_ptr, kc, skb, skh, sks, skcb, skch, skcs, b, h0, s, smask, c, sn,
+                         N_HEADS_K, BLOCK_S, R2, BLOCK_R2, HEAD_DIM, BLOCK_PASS, BLOCK_H,
+                         INTERLEAVED, COPY_PASS)
+            _copy_tile(v_ptr, vc, svb, svh, svs, svcb, svch, svcs, b, h0, s, smask,
+                       N_HEADS_K, BLOCK_H, V_DIM, BLOCK_V)
+
+# %% ../nbs/04_kernels.ipynb #8365390b
+def rotary_append_triton(
+    q:Tensor, k:Tensor, v:Tensor,    # new queries, keys, values (see `rotary_append_eager`)
+    k_cache:Tensor, v_cache:Tensor,  # (batch, kv_heads, max_len, .), written in place
+    cos:Tensor, sin:Tensor,          # (table_len, r/2) table, or (batch or 1, seq, r/2) rows
+    offset,                          # int, or int tensor (batch,): slot of each row's first token
+    positions:Optional[Tensor]=None, # (seq,) or (batch, seq) table rows; default offset + s
+    interleaved:bool=False,          # pair (2i, 2i+1) instead of (i, i+r/2)
+)->Tensor:                           # q rotated (a new tensor)
+    "Rotate-and-append in one Triton launch (no autograd); a tensor `offset` is checked on the host"
+    offsets, shift = _check_append(q, k, v, k_cache, v_cache, cos, sin, positions, offset)
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    cos, sin = cos.contiguous(), sin.contiguous()
+    B, HQ, S, D = q.shape
+    HK, Dv, R2 = k.shape[1], v.shape[3], cos.shape[-1]
+    qo = torch.empty_like(q)
+    if positions is not None:
+        pos = positions if positions.dim() == 2 else positions.unsqueeze(0)
+        spb, sps = (pos.stride(0) if pos.shape[0] > 1 else 0), pos.stride(1)
+    else: pos, spb, sps = cos, 0, 0
+    scb = cos.stride(0) if cos.dim() == 3 and cos.shape[0] > 1 else 0
+    bs, bh, g, nw = _tile_config(B, S, max(HQ, HK), D)
+    p2, cdiv = _p2, _cdiv
+    _rotary_append_kernel[(cdiv(S, bs), B, g)](
+        q, k, v, qo, k_cache, v_cache, cos, sin, pos,
+        offsets if offsets is not None else cos, shift, S,
+        *q.stride()[:3], *qo.stride()[:3], *k.stride()[:3], *k_cache.stride()[:3],
+        *v.stride()[:3], *v_cache.stride()[:3], scb, cos.stride(-2), spb, sps,
+        N_HEADS_Q=HQ, N_HEADS_K=HK, Q_TILES=cdiv(cdiv(HQ, bh), g), K_TILES=cdiv(cdiv(HK, bh), g),
+        R2=R2, BLOCK_R2=p2(R2), HEAD_DIM=D, BLOCK_PASS=p2(max(D - 2 * R2, 1)),
+        V_DIM=Dv, BLOCK_V=p2(Dv), BLOCK_S=bs, BLOCK_H=bh, INTERLEAVED=bool(interleaved),
+        HAS_POS=positions is not None, HAS_OFFSETS=offsets is not None,
+        ROWS_PER_TOKEN=cos.dim() == 3, COPY_PASS=D > 2 * R2, num_warps=nw)
+    return qo
+
+# %% ../nbs/04_kernels.ipynb #6260971b
+def rotary_append_native(
+    q:Tensor, k:Tensor, v:Tensor,    # new queries, keys, values (see `rotary_append_eager`)
+    k_cache:Tensor, v_cache:Tensor,  # (batch, kv_heads, max_len, .), written in place
+    cos:Tensor, sin:Tensor,          # (table_len, r/2) table, or (batch or 1, seq, r/2) rows
+    offset,                          # int, or int tensor (batch,): slot of each row's first token
+    positions:Optional[Tensor]=None, # (seq,) or (batch, seq) table rows; default offset + s
+    interleaved:bool=False,          # pair (2i, 2i+1) instead of (i, i+r/2)
+)->Tensor:                           # q rotated (a new tensor)
+    "Rotate-and-append in one pass of the native CPU kernel (no autograd)"
+    ext = _native['module'] if 'module' in _native else native_kernel()
+    if ext is None:                  # not buildable here: rotate, then copy
+        return rotary_append_eager(q, k, v, k_cache, v_cache, cos, sin, offset, positions,
+                                   interleaved, rotate=rotary_qk_native)
+    offsets, shift = (offset, 0) if isinstance(offset, Tensor) else (None, operator.index(offset))
+    return ext.rotary_append(q, k, v, k_cache, v_cache, cos, sin, positions, offsets, shift,
+                             bool(interleaved))
+
+# %% ../nbs/04_kernels.ipynb #ddd40e72
+def rotary_append(
+    q:Tensor, k:Tensor, v:Tensor,    # new queries, keys, values (see `rotary_append_eager`)
+    k_cache:Tensor, v_cache:Tensor,  # (batch, kv_heads, max_len, .), written in place
+    cos:Tensor, sin:Tensor,          # (table_len, r/2) table, or (batch or 1, seq, r/2) rows
+    offset,                          # int, or int tensor (batch,): slot of each row's first token
+    positions:Optional[Tensor]=None, # (seq,) or (batch, seq) table rows; default offset + s
+    interleaved:bool=False,          # pair (2i, 2i+1) instead of (i, i+r/2)
+    backend='auto',                  # a name of `BACKENDS`, or the `rotary_qk` function in use
+)->Tensor:                           # q rotated; k rotated and v are in the caches
+    "Rotate the new `q`, `k` at their positions and write `k`, `v` into the caches, in one pass"
+    fn = backend if callable(backend) else select_backend(backend, q.device.type)
+    args = (q, k, v, k_cache, v_cache, cos, sin, offset, positions, interleaved)
+    grad = torch.is_grad_enabled() and any(getattr(t, 'requires_grad', False) for t in (q, k, v))
+    if not grad and not torch.compiler.is_compiling():   # the kernels have no autograd
+        if fn is rotary_qk_native: return rotary_append_native(*args)
+        if fn is rotary_qk_triton and q.dtype != torch.float64: return rotary_append_triton(*args)
+    return rotary_append_eager(*args, rotate=fn)
+
+# %% ../nbs/04_kernels.ipynb #83be989d
+def _rotate_then_copy(q, k, v, kc, vc, cos, sin, offset, positions, il, rotate):
+    "Rotate with `rotate`, then `index_copy_` each row's k and v into copies of the caches"
+    B, S = q.shape[0], q.shape[2]
+    first = offset.tolist() if isinstance(offset, Tensor) else [offset] * B
+    slots = torch.tensor(first, device=q.device)[:, None] + torch.arange(S, device=q.device)
+    if cos.dim() == 2 and positions is None: positions = slots
+    rq, rk = rotate(q, k, cos, sin, positions=positions, interleaved=il)
+    kc, vc = kc.clone(), vc.clone()
+    for b in range(B):
+        kc[b].index_copy_(1, slots[b], rk[b]); vc[b].index_copy_(1, slots[b], v[b])
+    return rq, kc, vc
+
+def _append_cases(dtypes=(torch.float32, torch.bfloat16, torch.float64), seed=0):
+    "Random inputs: every way of giving positions, both pairings, partial rotation, decode, chunk"
+    g = torch.Generator().manual_seed(seed)
+    B, HQ, HK, D, Dv, L, T = 3, 4, 2, 16, 12, 24, 40
+    for i, (rows, il, S) in enumerate(itertools.product(
+            ('int', 'offsets', 'pos1d', 'pos2d', 'per_token'), (False, True), (1, 5))):
+        dt, r = dtypes[i % len(dtypes)], (8 if i % 3 == 0 else 16)
+        q = torch.randn(B, HQ, S, D, generator=g).to(dt)
+        k = torch.randn(B, HK, S, D, generator=g).to(dt)
+        v = torch.randn(B, HK, S, Dv, generator=g).to(dt)
+        kc = torch.randn(B, HK, L, D, generator=g).to(dt)
+        vc = torch.randn(B, HK, L, Dv, generator=g).to(dt)
+        shape = (B, S, r // 2) if rows == 'per_token' else (T, r // 2)
+        angles = torch.rand(*shape, generator=g) * 20
+        cos, sin = angles.cos(), angles.sin()
+        offset = torch.randint(0, L - S + 1, (B,), generator=g) if rows != 'int' else 7
+        positions = {'pos1d': torch.randint(0, T, (S,), generator=g),
+                     'pos2d': torch.randint(0, T, (B, S), generator=g)}.get(rows)
+        yield dict(rows=rows, interleaved=il, seq=S, dtype=dt, r=r), (
+            q, k, v, kc, vc, cos, sin, offset, positions, il)
+
+# %% ../nbs/04_kernels.ipynb #04becde5
+def bench_append(
+    shapes=(('decode', 32, 1), ('prefill chunk', 1, 512)), # (name, batch, new tokens per row)
+    heads_q:int=32,       # query heads
+    heads_kv:int=8,       # key/value heads
+    head_dim:int=128,     # features per head (all rotated)
+    max_len:int=2048,     # cache slots per row
+    rounds:int=101,       # timed rounds (the methods interleaved); the median is reported
+    calls:int=10,         # calls per round
+    threads:int|None=1,   # torch threads while timing (None: as set)
+):                        # a DataFrame: median µs per call of each method, per shape
+    "Time rotate-and-append (native kernel) against rotate (native kernel) then copy, on CPU"
+    import pandas as pd
+    saved = torch.get_num_threads()
+    if threads: torch.set_num_threads(threads)
+    try: return _bench_append(shapes, heads_q, heads_kv, head_dim, max_len, rounds, calls)
+    finally: torch.set_num_threads(saved)
+
+def _bench_append(shapes, heads_q, heads_kv, head_dim, max_len, rounds, calls):
+    import pandas as pd
+    def two_step(q, k, v, kc, vc, c, s, off):
+        S = q.shape[2]
+        if isinstance(off, int):       # one offset for the batch: the rotation, then slices
+            rq, rk = rotary_qk_native(q, k, c, s, offset=off)
+            kc[:, :, off:off + S] = rk; vc[:, :, off:off + S] = v
+        else:                          # per-row offsets: the rotation, then scatter
+            rq, rk = rotary_qk_native(q, k, c, s, offset=off)
+            idx = (off[:, None] + torch.arange(S))[:, None, :, None]
+            kc.scatter_(2, idx.expand(rk.shape), rk); vc.scatter_(2, idx.expand(v.shape), v)
+        return rq
+    out = []
+    for name, B, S in shapes:
+        g = torch.Generator().manual_seed(0)
+        q = torch.randn(B, heads_q, S, head_dim, generator=g)
+        k, v = (torch.randn(B, heads_kv, S, head_dim, generator=g) for _ in range(2))
+        kc, vc = (torch.zeros(B, heads_kv, max_len, head_dim) for _ in range(2))
+        inv_freq = 10000.0 ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+        angles = (torch.arange(max_len, dtype=torch.float64)[:, None] * inv_freq).float()
+        c, s = angles.cos(), angles.sin()
+        per_row = torch.randint(0, max_len - S + 1, (B,), generator=g)
+        methods = {('one for the batch', 'rotate-and-append'):
+                       lambda: rotary_append_native(q, k, v, kc, vc, c, s, max_len // 2),
+                   ('one for the batch', 'rotate, then copy'):
+                       lambda: two_step(q, k, v, kc, vc, c, s, max_len // 2),
+                   ('per row', 'rotate-and-append'):
+                       lambda: rotary_append_native(q, k, v, kc, vc, c, s, per_row),
+                   ('per row', 'rotate, then scatter'):
+                       lambda: two_step(q, k, v, kc, vc, c, s, per_row)}
+        times = {m: [] for m in methods}
+        for f in methods.values(): f(); f()          # warm-up
+        for _ in range(rounds):
+            for m, f in methods.items():
+                t0 = time.perf_counter()
+                for _ in range(calls): f()
+                times[m].append((time.perf_counter() - t0) / calls * 1e6)
+        for (offsets, method), ts in times.items():
+            out.append(dict(shape=f"{name} ({B}×{S} tokens)", offsets=offsets, method=method,
+                            median_us=float(torch.tensor(ts).median())))
+    return pd.DataFrame(out)
 
 # %% ../nbs/04_kernels.ipynb #65134c07
 _TOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}

@@ -15,7 +15,8 @@ from .frequencies import rope_frequencies
 # %% auto #0
 __all__ = ['apply_rotary', 'rotary_cos_sin', 'rotary_matrix_dense', 'apply_rotary_dense', 'apply_rotary_complex',
            'LabmlRotaryPositionalEmbeddings', 'course_sinusoid', 'course_apply_rotary_emb', 'apply_rotary_',
-           'rotary_qk', 'resolve_backend', 'RotaryEmbedding', 'varlen_positions']
+           'rotary_qk', 'resolve_backend', 'RotaryEmbedding', 'frequency_pair_streams', 'grid_positions',
+           'varlen_positions']
 
 # %% ../nbs/02_rope.ipynb #5d0a4546
 def _check_rotary_inputs(x, cos, sin, name='x'):
@@ -248,7 +249,7 @@ def _check_attention_factor(a):
         raise ValueError(f"attention_factor must be None or a positive finite number, got {a!r}")
     return float(a)
 
-def _check_rotary_embedding_args(dim, rotary_dim, max_seq_len, seq_dim, backend, scaling, scaling_options, attention_factor):
+def _check_rotary_embedding_args(dim, rotary_dim, max_seq_len, seq_dim, backend, scaling, scaling_options, attention_factor, axial_2d=False):
     "Raise `TypeError`/`ValueError`, naming the argument, unless `RotaryEmbedding`'s arguments are valid"
     _check_even('dim', dim)
     if rotary_dim is not None: _check_even('rotary_dim', rotary_dim, ('dim', dim))
@@ -262,6 +263,8 @@ def _check_rotary_embedding_args(dim, rotary_dim, max_seq_len, seq_dim, backend,
     if scaling is None and scaling_options:
         raise TypeError(f"scaling_options {sorted(scaling_options)} need a scaling variant (e.g. scaling='yarn'), got scaling=None")
     if attention_factor is not None: _check_attention_factor(attention_factor)
+    if axial_2d and scaling is not None:
+        raise ValueError(f"axial_2d=True takes no scaling variant (they stretch one long axis), got scaling={scaling!r}")
 
 def _default_attention_factor(scaling, max_seq_len, options:dict)->float:
     "YaRN's √(1/t) = 0.1 ln s + 1 for scaling='yarn' (s = factor, or max_seq_len / original_max_seq_len), else 1"
@@ -286,17 +289,27 @@ class RotaryEmbedding(nn.Module):
         seq_dim:int=-2,         # -2: (batch, heads, seq, d); 1: (b, seq, h, d); 0: (seq, b, h, d)
         backend:str='auto',     # 'eager', 'auto' (fused kernels where available) or a kernel name
         validate_positions=False, # check tensor positions on the host (one sync per call)
+        mrope_section:tuple|None=None, # M-RoPE: frequency pairs per stream (temporal, height, width)
+        mrope_interleaved=False,  # Qwen3-VL's M-RoPE layout: the streams take turns t, h, w, t, ...
+        axial_2d=False,           # 2-D: half the pairs turn with the row, half with the column
     ):
         super().__init__()
         _check_rotary_embedding_args(dim, rotary_dim, max_seq_len, seq_dim, backend, scaling,
-                                     scaling_options, attention_factor)
+                                     scaling_options, attention_factor, axial_2d)
         self.dim, self.rotary_dim = dim, dim if rotary_dim is None else rotary_dim
         self.base, self.interleaved, self.max_seq_len = base, bool(interleaved), max_seq_len
         self.scaling, self.scaling_options = scaling, dict(scaling_options or {})
         self.seq_dim, self.backend = _SEQ_DIMS[seq_dim], backend
-        self._inv_freq64 = rope_frequencies(self.rotary_dim, base, scaling=scaling,
+        self.mrope_section = None if mrope_section is None else tuple(mrope_section)
+        self.mrope_interleaved, self.axial_2d = bool(mrope_interleaved), bool(axial_2d)
+        streams = None                             # None: every pair reads the one position stream
+        if mrope_section is not None or mrope_interleaved or axial_2d:
+            streams = frequency_pair_streams(self.rotary_dim, mrope_section, mrope_interleaved,
+                                             axial_2d)
+        freq_dim = self.rotary_dim // 2 if axial_2d else self.rotary_dim  # 2-D: θ per axis
+        self._inv_freq64 = rope_frequencies(freq_dim, base, scaling=scaling,
                                             max_seq_len=max_seq_len, dtype=torch.float64,
-                                            **self.scaling_options)
+                                            **self.scaling_options).repeat(1 + self.axial_2d)
         if attention_factor is None:
             attention_factor = _default_attention_factor(scaling, max_seq_len, self.scaling_options)
         self.attention_factor = float(attention_factor)
@@ -304,11 +317,14 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer('inv_freq', self._inv_freq64.clone(), persistent=False)
         self.register_buffer('cos_cached', torch.empty(0, self.rotary_dim//2), persistent=False)
         self.register_buffer('sin_cached', torch.empty(0, self.rotary_dim//2), persistent=False)
+        self.register_buffer('pair_streams', streams, persistent=False)  # (rotary_dim//2,) or None
+        self._grid_tables = {}
         self.n_builds, self._backends, self.validate_positions = 0, {}, bool(validate_positions)
         if max_seq_len: self._build(max_seq_len)
 
     def _build(self, length:int):
         "(Re)compute the cache for positions 0..length-1 on the buffers' device, outside inference"
+        self._grid_tables = {}                  # 2-D grid tables are made from these rows
         with torch.inference_mode(False), torch.no_grad():
             device = self.inv_freq.device
             self.inv_freq = self._inv_freq64.to(device)
@@ -332,7 +348,9 @@ class RotaryEmbedding(nn.Module):
 def extra_repr(self:RotaryEmbedding):
     return (f"dim={self.dim}, rotary_dim={self.rotary_dim}, base={self.base}, interleaved={self.interleaved}, "
             f"seq_dim={self.seq_dim}, backend={self.backend!r}, cached={len(self.cos_cached)}"
-            + (f", scaling={self.scaling!r}, scaling_options={self.scaling_options}, attention_factor={self.attention_factor:g}" if self.scaling else ""))
+            + (f", scaling={self.scaling!r}, scaling_options={self.scaling_options}, attention_factor={self.attention_factor:g}" if self.scaling else "")
+            + (f", mrope_section={self.mrope_section}, mrope_interleaved={self.mrope_interleaved}" if self.mrope_section else "")
+            + (", axial_2d=True" if self.axial_2d else ""))
 
 # %% ../nbs/02_rope.ipynb #ee93b904
 @patch
@@ -458,10 +476,13 @@ def forward(self:RotaryEmbedding,
     k:Tensor,                   # keys, same layout; heads may differ from q's (GQA/MQA)
     positions:Tensor|None=None, # integer (seq,) or (batch, seq); default 0..seq-1; >= 0: see above
     offset:int|Tensor=0,        # added to every position: int, or integer tensor (batch,)
+    grid:tuple|None=None,       # 2-D axial only: (H, W), patches in row-major order, seq = H·W
 )->tuple[Tensor, Tensor]:       # rotated (q, k), same shapes, dtypes and layout
     "Rotate `q` and `k` at their positions"
     qb, kb = self._qk_as_bhsd(q, k)           # checked views as (batch, heads, seq, head_dim)
-    cos, sin = self.cos_sin(qb.shape[2], positions, offset, qb.shape[0], q.device, q.dtype)
+    where = (qb.shape[2], positions, offset, qb.shape[0], q.device, q.dtype)
+    if self.pair_streams is None and grid is None: cos, sin = self.cos_sin(*where)
+    else: cos, sin = self.stream_cos_sin(*where, grid=grid)  # M-RoPE or 2-D: positions per stream
     qr, kr = self._backend_fn(q.device.type)(qb, kb, cos, sin, interleaved=self.interleaved)
     back = _FROM_BHSD[self.seq_dim]
     return qr.permute(*back), kr.permute(*back)
@@ -472,10 +493,13 @@ def rotate(self:RotaryEmbedding,
     x:Tensor,                   # queries or keys in the module's layout
     positions:Tensor|None=None, # integer (seq,) or (batch, seq); default 0..seq-1
     offset:int|Tensor=0,        # added to every position
+    grid:tuple|None=None,       # 2-D axial only: (H, W), as in `forward`
 )->Tensor:                      # `x` rotated
     "Rotate a single tensor (e.g. cross-attention queries and keys at different positions)"
     xb = self._as_bhsd(x, 'x')
-    cos, sin = self.cos_sin(xb.shape[2], positions, offset, xb.shape[0], x.device, x.dtype)
+    where = (xb.shape[2], positions, offset, xb.shape[0], x.device, x.dtype)
+    if self.pair_streams is None and grid is None: cos, sin = self.cos_sin(*where)
+    else: cos, sin = self.stream_cos_sin(*where, grid=grid)
     if cos.ndim == 3: cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
     return apply_rotary(xb, cos, sin, self.interleaved).permute(*_FROM_BHSD[self.seq_dim])
 
@@ -496,6 +520,118 @@ def set_frequencies(self:RotaryEmbedding,
     self._inv_freq64, self.attention_factor, self._dynamic = inv_freq, _check_attention_factor(attention_factor), False
     self._build(len(self.cos_cached))
     return self
+
+# %% ../nbs/02_rope.ipynb #e329ed4d
+def _check_pair_stream_args(half:int, mrope_section, mrope_interleaved, axial_2d):
+    "Raise a one-line error unless the M-RoPE / 2-D options fit `half` = rotary_dim/2 frequency pairs"
+    if axial_2d and (mrope_section is not None or mrope_interleaved):
+        raise ValueError("choose one of mrope_section (M-RoPE) and axial_2d=True (2-D images), not both")
+    if axial_2d:
+        if half % 2: raise ValueError(f"axial_2d=True needs rotary_dim divisible by 4 (half the frequency pairs per axis), got rotary_dim={2*half}")
+        return
+    if mrope_section is None: raise ValueError("mrope_interleaved=True needs mrope_section, e.g. (24, 20, 20)")
+    ok = isinstance(mrope_section, (tuple, list)) and len(mrope_section) == 3 and all(
+        isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in mrope_section)
+    if not ok: raise ValueError(f"mrope_section must be 3 non-negative ints (temporal, height, width frequency pairs), got {mrope_section!r}")
+    if sum(mrope_section) != half:
+        raise ValueError(f"mrope_section must sum to rotary_dim/2 = {half} frequency pairs, got {tuple(mrope_section)} (sum {sum(mrope_section)})")
+
+# %% ../nbs/02_rope.ipynb #86c1682b
+def frequency_pair_streams(
+    rotary_dim:int,          # features rotated: rotary_dim/2 frequency pairs
+    mrope_section=None,      # M-RoPE: pairs per (temporal, height, width) stream, sum rotary_dim/2
+    mrope_interleaved=False, # Qwen3-VL: the streams take turns t, h, w, t, h, w, ...
+    axial_2d=False,          # 2-D: the first half of the pairs reads the row, the second the column
+)->Tensor:                   # int64 (rotary_dim/2,): σ(i), the position stream pair i turns with
+    "The position stream each frequency pair reads: M-RoPE (contiguous or interleaved) or 2-D axial"
+    half = rotary_dim // 2
+    _check_pair_stream_args(half, mrope_section, mrope_interleaved, axial_2d)
+    pair = torch.arange(half)
+    if axial_2d: return pair // (half // 2)                        # 0 (row), then 1 (column)
+    sections = torch.tensor(mrope_section)
+    if not mrope_interleaved:                                      # Qwen2-VL: three blocks
+        return torch.repeat_interleave(torch.arange(3), sections)
+    streams = torch.where(pair < 3 * sections[pair % 3], pair % 3, 0)  # Qwen3-VL: h at 1, 4, …
+    if not torch.equal(torch.bincount(streams, minlength=3), sections):
+        raise ValueError(f"mrope_section {tuple(mrope_section)} cannot be interleaved over {half} "
+                         f"pairs: the height and width pairs (every third) must fit below {half}")
+    return streams
+
+# %% ../nbs/02_rope.ipynb #d482d501
+@patch
+def _position_streams(self:RotaryEmbedding, positions, batch:int, seq:int)->Tensor:
+    "`positions` as (streams, seq) or (streams, batch, seq), after checking their shape"
+    shape = tuple(positions.shape) if isinstance(positions, Tensor) else positions
+    if self.axial_2d:
+        if not isinstance(positions, Tensor) or shape not in ((seq, 2), (batch, seq, 2)):
+            raise ValueError(f"2-D axial positions must have shape (seq, 2) = ({seq}, 2) or (batch, seq, 2) = ({batch}, {seq}, 2), "
+                             f"a (row, column) pair per patch (or pass grid=(H, W)), got {shape!r}")
+        return positions.movedim(-1, 0)
+    if not isinstance(positions, Tensor) or shape not in ((3, seq), (3, batch, seq)):
+        raise ValueError(f"M-RoPE positions must have shape (3, seq) = (3, {seq}) or (3, batch, seq) = (3, {batch}, {seq}), "
+                         f"the temporal, height and width streams, got {shape!r}")
+    return positions
+
+# %% ../nbs/02_rope.ipynb #39a1eb7a
+@patch
+def stream_cos_sin(self:RotaryEmbedding,
+    seq:int,                    # sequence length
+    positions:Tensor|None=None, # M-RoPE: (3, [batch,] seq); 2-D: ([batch,] seq, 2), (row, column)
+    offset:int|Tensor=0,        # int, or (batch,) integer tensor, added to every stream
+    batch:int=1,                # batch size (for validating `positions`/`offset`)
+    device=None,                # device of q and k
+    dtype=torch.float32,        # dtype of q and k: float64 gets float64 tables
+    grid:tuple|None=None,       # 2-D only: (H, W) instead of `positions`; tables cached per grid
+)->tuple[Tensor, Tensor]:       # cos, sin: (seq, r/2) or (batch, seq, r/2)
+    "cos/sin rows when frequency pair i turns with its own position stream σ(i) = `pair_streams[i]`"
+    if grid is not None: return self._grid_cos_sin(grid, seq, positions, offset, device, dtype)
+    if positions is None and not self.axial_2d:       # every stream 0, 1, …: plain RoPE
+        return self.cos_sin(seq, None, offset, batch, device, dtype)
+    streams = self._position_streams(positions, batch, seq)   # (S, seq) or (S, batch, seq)
+    if isinstance(offset, Tensor) and streams.ndim == 2:
+        streams = streams[:, None].expand(-1, batch, -1)
+    rows = streams.flatten(0, -2)                     # one row per stream (and sequence)
+    if isinstance(offset, Tensor): offset = offset.repeat(len(streams))
+    cos, sin = self.cos_sin(seq, rows, offset, len(rows), device, dtype)   # checked together
+
+    def per_pair(table):                              # column i from the rows of stream σ(i)
+        table = table.unflatten(0, (len(streams), -1)).movedim(0, -1)    # (batch, seq, r/2, S)
+        return torch.take_along_dim(table, self.pair_streams.view(1, 1, -1, 1), -1)[..., 0]
+
+    cos, sin = per_pair(cos), per_pair(sin)
+    return (cos[0], sin[0]) if streams.ndim == 2 else (cos, sin)
+
+# %% ../nbs/02_rope.ipynb #9463bd90
+def grid_positions(
+    height:int,  # H: rows of patches
+    width:int,   # W: columns of patches
+    device=None,
+)->Tensor:       # int64 (H·W, 2): (row, column) of each patch, in row-major order
+    "The (row, column) coordinates of an H×W grid of patches, row by row"
+    rows, columns = torch.arange(height, device=device), torch.arange(width, device=device)
+    return torch.cartesian_prod(rows, columns).reshape(height * width, 2)
+
+# %% ../nbs/02_rope.ipynb #1192c6a0
+@patch
+def _grid_cos_sin(self:RotaryEmbedding, grid, seq:int, positions, offset, device, dtype):
+    "Tables of a whole (H, W) grid, made once per grid and dtype, kept until the cache is rebuilt"
+    if not self.axial_2d: raise ValueError("grid=(H, W) is for 2-D axial RoPE: build RotaryEmbedding(dim, axial_2d=True)")
+    if positions is not None: raise ValueError("give positions or grid=(H, W), not both")
+    if not (isinstance(grid, (tuple, list)) and len(grid) == 2
+            and all(isinstance(g, int) and not isinstance(g, bool) and g > 0 for g in grid)):
+        raise ValueError(f"grid must be (H, W), two positive ints, got {grid!r}")
+    if grid[0] * grid[1] != seq:
+        raise ValueError(f"grid {tuple(grid)} holds {grid[0] * grid[1]} patches but q and k have seq length {seq}")
+    if isinstance(offset, Tensor) or offset != 0:
+        raise ValueError("grid=(H, W) takes no offset: shift a grid by passing its positions, grid_positions(H, W) + (dy, dx)")
+    if device is not None and not _same_device(device, self.inv_freq.device):
+        raise ValueError(f"q and k are on {device} but RotaryEmbedding is on {self.inv_freq.device}: move it with .to({str(device)!r})")
+    key = (grid[0], grid[1], dtype == torch.float64)
+    if key not in self._grid_tables:
+        with torch.inference_mode(False), torch.no_grad():   # kept: must not be inference tensors
+            where = grid_positions(*grid, device=self.inv_freq.device)
+            self._grid_tables[key] = self.stream_cos_sin(seq, where, 0, 1, None, dtype)
+    return self._grid_tables[key]
 
 # %% ../nbs/02_rope.ipynb #c3a5c4f9
 def _check_cu_seqlens(cu_seqlens, total:int, offsets=None):
@@ -559,6 +695,9 @@ def varlen(self:RotaryEmbedding,
 )->tuple[Tensor, Tensor]:     # rotated (q, k), same shapes and dtypes
     "Rotate a packed batch in flash-attn's varlen layout: positions restart at every sequence"
     _check_varlen_qk(q, k, self.dim)
+    if self.pair_streams is not None:
+        raise ValueError("varlen rotates by 1-D positions; M-RoPE and 2-D axial modules take "
+                         "their positions through forward(q, k, positions=...)")
     qb, kb = q.transpose(0, 1)[None], k.transpose(0, 1)[None]   # (1, heads, total, d) views, any seq_dim
     positions = varlen_positions(cu_seqlens, q.shape[0], offsets)
     cos, sin = self.cos_sin(q.shape[0], positions[None], 0, 1, q.device, q.dtype)

@@ -18,8 +18,8 @@
         - figures under 150 dpi, or shown so much smaller than their size that the labels shrink;
         - a page whose exported code is all hidden (`#| export` only, no `#| exports`);
         - code/output blocks, tables or display equations wider than the column; lists rendered inline;
-        - with no PATH given, the site as a whole: pages missing from the sidebar's chapters (orphans) and
-          sidebar entries with no page.
+        - links to an anchor a page does not have; with no PATH given, also links to pages that do not exist,
+          pages missing from the sidebar's chapters (orphans) and sidebar entries with no page.
       Saves screenshots of the index and the `00_*` pages.
       Needs: apt-get install -y chromium pandoc libjs-katex   (or pass --install)
   python tools/docs.py selftest
@@ -503,6 +503,13 @@ def _render_patterns(nbs):
     q = Path(nbs)/'_quarto.yml'
     return ((yaml.safe_load(q.read_text()) or {}).get('project', {}) or {}).get('render') if q.exists() else None
 
+def _resources(nbs):
+    "The `project: resources:` globs of _quarto.yml: files Quarto copies to the site as they are"
+    import yaml
+    q = Path(nbs)/'_quarto.yml'
+    r = ((yaml.safe_load(q.read_text()) or {}).get('project', {}) or {}).get('resources') if q.exists() else None
+    return [r] if isinstance(r, str) else list(r or [])
+
 def site_faults(nbs):
     """Pages Quarto would render that the sidebar does not list (orphans), sidebar entries with no page,
     and a sidebar without chapters"""
@@ -572,7 +579,10 @@ def render_pages(files, out, jobs):
     shutil.rmtree(stage, ignore_errors=True)
     args = [(str(f), str(stage/f.name)) for f in files]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex: errs = list(ex.map(_proc_worker, args))
-    nbmap = {f.name: (f.stem if f.stem == 'index' else re.sub(r'^\d+[a-z]?_', '', f.stem)) + '.html' for f in files}
+    from nbdev.doclinks import nbglob
+    site = set(files) | {Path(f) for d in {f.parent for f in files} for f in nbglob(d, as_path=True)}
+    # every page of the site, so that links to pages not checked this time still point at their .html
+    nbmap = {f.name: (f.stem if f.stem == 'index' else re.sub(r'^\d+[a-z]?_', '', f.stem)) + '.html' for f in site}
     pages = []
     for f, err in zip(files, errs):
         pg = dict(nb=f, name=f.stem, html=out/nbmap[f.name], problems=[], title=f.stem, md=None)
@@ -655,6 +665,33 @@ def check_page(pg):
         if im['src'] and not re.match(r'^(data|https?):', im['src']) and f.is_file():
             pg['problems'] += image_faults(im['src'], f.read_bytes(), im['shown'], im['natural'])
 
+def link_faults(pages, whole_site:bool):
+    """Links between pages that lead nowhere: a page that was not rendered (checked when the whole site is),
+    or an anchor (`page.html#id`) that the target page does not have"""
+    ids, out = {}, {}
+    for pg in pages:
+        if pg['html'].exists():
+            ids[pg['html'].name] = set(re.findall(r'\sid="([^"]+)"', pg['html'].read_text(encoding='utf-8')))
+    for pg in pages:
+        if not pg['html'].exists(): continue
+        src = pg['html'].read_text(encoding='utf-8')
+        m = re.search(r'<main id="content">(.*)</main>', src, re.S)   # the page's own links, not the sidebar's
+        bad = []
+        for href in re.findall(r'<a\s[^>]*href="([^"]+)"', m.group(1) if m else src):
+            href = html.unescape(href)
+            if re.match(r'^(https?|mailto|data|file|javascript):', href): continue
+            page, _, frag = href.partition('#')
+            if page and not page.endswith('.html'):   # a result file the page links to: it must be on the site
+                f = pg['html'].parent/page.split('?')[0]
+                if not f.is_file(): bad.append(f'{href} (no such file on the site' + (': a folder' if f.is_dir() else '') + ')')
+                continue
+            target = page or pg['html'].name
+            if target not in ids:
+                if whole_site: bad.append(f'{href} (no such page)')
+                continue
+            if frag and frag not in ids[target]: bad.append(f'{href} (no such anchor)')
+        if bad: pg['problems'].append(f'broken link(s): {len(bad)}, e.g. ' + '; '.join(sorted(set(bad))[:3]))
+
 def cmd_check(args):
     miss = tools_missing()
     if miss and args.install:
@@ -682,11 +719,16 @@ def cmd_check(args):
             if f.is_file() and not any(p.startswith('.') or p in ('_proc', '_docs') for p in rel.parts) and \
                (f.suffix.lower() in IMG_EXTS or f.name == 'styles.css'):
                 (out/rel).parent.mkdir(parents=True, exist_ok=True); shutil.copy2(f, out/rel)
+    for root in sorted(roots):  # result files the pages link to: the `resources` of _quarto.yml, as Quarto copies them
+        for pat in _resources(cfg.nbs_path):
+            for f in root.glob(pat):
+                if f.is_file(): (out/f.relative_to(root)).parent.mkdir(parents=True, exist_ok=True); shutil.copy2(f, out/f.relative_to(root))
     if not (out/'styles.css').exists():  # notebooks outside nbs/: use the site's stylesheet
         css = cfg.nbs_path/'styles.css'
         (out/'styles.css').write_text(css.read_text() if css.exists() else '')
     pages = render_pages(files, out, args.jobs)
     shots = []
+    link_faults(pages, whole_site=not args.paths)
     for pg in pages:
         check_page(pg)
         if pg['html'].exists() and (pg['nb'].stem == 'index' or pg['nb'].stem.startswith('00_')):
@@ -775,6 +817,9 @@ def cmd_selftest(args):
         'wide_math': _nb(('markdown', '# Wide math\n\n> summary'), para,
                          ('markdown', '$$' + ' + '.join(f'\\cos(m\\theta_{{{i}}}) x_{{{i}}}' for i in range(24)) + '$$')),
         'inline_list': _nb(('markdown', '# Inline list\n\n> summary'), ('markdown', 'Training:\n- dropout\n- label smoothing')),
+        'broken_link': _nb(('markdown', '# Broken link\n\n> summary'),
+                           ('markdown', 'See [the good page](00_good.ipynb#no-such-section), [a good one](00_good.ipynb) '
+                                        'and [the results](results/missing.csv).')),
     })
     cases['00_good'] = cases.pop('good')  # a `00_` name, so it gets a screenshot like the derivation page
     expect = {'00_good': None, 'raw_math_html': 'raw $$', 'raw_math_spaces': 'raw $...$', 'traceback': 'traceback',
@@ -783,7 +828,8 @@ def cmd_selftest(args):
               'raw_repr': 'raw Python repr', 'http_log': ('HTTP server log', 'log on stderr'), 'dict_dump': 'dict/list repr',
               'low_dpi': 'below 150 dpi', 'shrunk_figure': 'shown at', 'hidden_exports': 'exported cells are hidden',
               'wide_code': 'block wider than the column', 'wide_table': 'table wider than the column',
-              'wide_math': 'equation wider than the column', 'inline_list': 'list rendered inline'}
+              'wide_math': 'equation wider than the column', 'inline_list': 'list rendered inline',
+              'broken_link': ('no such anchor', 'no such file')}
     with tempfile.TemporaryDirectory() as d:
         d = Path(d); nbs = d/'nbs'; nbs.mkdir()
         for k, nb in cases.items(): (nbs/f'{k}.ipynb').write_text(json.dumps(nb))

@@ -114,6 +114,26 @@ static Tensor as_long(const Tensor& t, const char* name, int64_t batch) {
   return t.to(at::kLong).contiguous();
 }
 
+// `positions` ((seq,) or (batch, seq)) and per-row `offsets` ((batch,)) as checked int64 tensors;
+// undefined where not given.
+static void row_args(const OptTensor& positions, const OptTensor& offsets, int64_t B, int64_t S,
+                     Tensor& pos, Tensor& offs) {
+  if (positions) {
+    pos = as_long(*positions, "positions", B);
+    TORCH_CHECK_VALUE((pos.dim() == 1 && pos.size(0) == S)
+                          || (pos.dim() == 2 && pos.size(1) == S
+                              && (pos.size(0) == 1 || pos.size(0) == B)),
+                      "positions must be (seq,) or (batch, seq) = (", S, ",) or (", B, ", ", S,
+                      "), got ", pos.sizes());
+  }
+  if (offsets) {
+    offs = as_long(*offsets, "offset", B);
+    TORCH_CHECK_VALUE(offs.numel() == B && offs.dim() <= 1,
+                      "offset must be an int or an integer tensor (batch,) = (", B,
+                      ",), got shape ", offs.sizes());
+  }
+}
+
 static std::vector<Tensor> rotate(const Tensor& q_in, const Tensor& k_in, const Tensor& cos_in,
                                   const Tensor& sin_in, const OptTensor& positions,
                                   const OptTensor& offsets, int64_t offset, bool interleaved,
@@ -171,20 +191,7 @@ static std::vector<Tensor> rotate(const Tensor& q_in, const Tensor& k_in, const 
   const auto table_type = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   const Tensor cos = cos_in.to(table_type).contiguous(), sin = sin_in.to(table_type).contiguous();
   Tensor pos, offs;
-  if (positions) {
-    pos = as_long(*positions, "positions", B);
-    TORCH_CHECK_VALUE((pos.dim() == 1 && pos.size(0) == S)
-                          || (pos.dim() == 2 && pos.size(1) == S
-                              && (pos.size(0) == 1 || pos.size(0) == B)),
-                      "positions must be (seq,) or (batch, seq) = (", S, ",) or (", B, ", ", S,
-                      "), got ", pos.sizes());
-  }
-  if (offsets) {
-    offs = as_long(*offsets, "offset", B);
-    TORCH_CHECK_VALUE(offs.numel() == B && offs.dim() <= 1,
-                      "offset must be an int or an integer tensor (batch,) = (", B,
-                      ",), got shape ", offs.sizes());
-  }
+  row_args(positions, offsets, B, S, pos, offs);
   //@ part: row_check
   // Every row index is checked before anything is written, so a bad one never leaves q and k
   // half rotated.
@@ -317,4 +324,147 @@ struct CopyQK : public torch::autograd::Function<CopyQK> {
 std::vector<Tensor> copy_qk_autograd(const Tensor& q, const Tensor& k) {
   pybind11::gil_scoped_release no_gil;
   return CopyQK::apply(q, k);
+}
+
+//@ part: append_loop
+// Rotate-and-append: the new queries rotated into a new tensor, the new keys rotated straight into
+// the key cache and the values copied into the value cache, all at slots offset[b] + s.
+struct AppendGeometry {        // the rows of q come first, then those of k (each also moves v)
+  int64_t nq, HQ, HK, S, D, Dv, r2, table_batch_stride, pos_batch_stride, offset;
+  const int64_t *qst, *kst, *vst, *qost, *kcst, *vcst, *pos, *offsets;
+  bool rows_per_token;         // cos is (batch, seq, r/2): row s of batch row b, not a table
+};
+
+// Rows [n0, n1) of the flattened (q rows, then k rows); a row is (batch row, head, position).
+template <typename T, typename TC, bool IL, int R2C>
+static void append_range(int64_t n0, int64_t n1, const AppendGeometry& g, const T* qp,
+                         const T* kp, const T* vp, T* qop, T* kcp, T* vcp, const TC* cp,
+                         const TC* sp) {
+  for (int64_t n = n0; n < n1; ++n) {
+    const bool isq = n < g.nq;
+    const int64_t m = isq ? n : n - g.nq, H = isq ? g.HQ : g.HK;
+    const int64_t s = m % g.S, h = (m / g.S) % H, b = m / (g.S * H);
+    const int64_t slot = g.offset + (g.offsets ? g.offsets[b] : 0) + s;   // checked before
+    const int64_t r = g.pos ? g.pos[b * g.pos_batch_stride + s] : g.rows_per_token ? s : slot;
+    const TC* crow = cp + b * g.table_batch_stride + r * g.r2;
+    const TC* srow = sp + b * g.table_batch_stride + r * g.r2;
+    const int64_t *st = isq ? g.qst : g.kst, *ost = isq ? g.qost : g.kcst;
+    const T* x = (isq ? qp : kp) + b * st[0] + h * st[1] + s * st[2];
+    T* o = isq ? qop + b * ost[0] + h * ost[1] + s * ost[2]      // q: a new tensor
+               : kcp + b * ost[0] + h * ost[1] + slot * ost[2];  // k: its cache slot
+    rotate_row<T, TC, IL, R2C, false>(x, o, crow, srow, g.r2);
+    for (int64_t i = 2 * g.r2; i < g.D; ++i) o[i] = x[i];
+    if (!isq) {                                                  // v: copied to its slot
+      const T* vx = vp + b * g.vst[0] + h * g.vst[1] + s * g.vst[2];
+      T* vo = vcp + b * g.vcst[0] + h * g.vcst[1] + slot * g.vcst[2];
+      for (int64_t i = 0; i < g.Dv; ++i) vo[i] = vx[i];
+    }
+  }
+}
+
+//@ part: append_checks
+// Checked before anything is written: the shapes, the cache slots of every batch row and every
+// cos/sin row, so a bad offset leaves the caches as they were.
+Tensor rotary_append(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                     const Tensor& k_cache, const Tensor& v_cache, const Tensor& cos_in,
+                     const Tensor& sin_in, const OptTensor& positions, const OptTensor& offsets,
+                     int64_t offset, bool interleaved) {
+  pybind11::gil_scoped_release no_gil;
+  for (const Tensor* t : {&q_in, &k_in, &v_in, &k_cache, &v_cache})
+    TORCH_CHECK_VALUE(t->dim() == 4, "q, k, v and the caches must be 4-d tensors, got ",
+                      t->sizes());
+  const int64_t B = q_in.size(0), S = q_in.size(2), D = q_in.size(3), HK = k_in.size(1);
+  const int64_t L = k_cache.size(2), Dv = v_in.size(3);
+  TORCH_CHECK_VALUE(k_in.size(0) == B && k_in.size(2) == S && k_in.size(3) == D
+                        && v_in.sizes().slice(0, 3) == k_in.sizes().slice(0, 3),
+                    "k and v must be (batch, kv_heads, seq, .) matching q ", q_in.sizes(),
+                    ": got k ", k_in.sizes(), ", v ", v_in.sizes());
+  TORCH_CHECK_VALUE(k_cache.size(0) == B && k_cache.size(1) == HK && k_cache.size(3) == D
+                        && v_cache.size(0) == B && v_cache.size(1) == HK
+                        && v_cache.size(2) == L && v_cache.size(3) == Dv,
+                    "the caches must be (batch, kv_heads, max_len, .) matching k and v: got ",
+                    k_cache.sizes(), " and ", v_cache.sizes());
+  const auto dt = q_in.scalar_type();
+  TORCH_CHECK_TYPE(at::isFloatingType(dt) && k_in.scalar_type() == dt && v_in.scalar_type() == dt
+                       && k_cache.scalar_type() == dt && v_cache.scalar_type() == dt,
+                   "q, k, v and the caches must share one floating dtype, got ", dt, ", ",
+                   k_in.scalar_type(), ", ", v_in.scalar_type(), ", ", k_cache.scalar_type(),
+                   ", ", v_cache.scalar_type());
+  for (const Tensor* t : {&q_in, &k_in, &v_in, &k_cache, &v_cache, &cos_in, &sin_in})
+    TORCH_CHECK_VALUE(t->device().is_cpu(), "the native kernel runs on the CPU, got a tensor on ",
+                      t->device());
+  TORCH_CHECK_VALUE(k_cache.stride(3) == 1 && v_cache.stride(3) == 1,
+                    "the caches need a contiguous last dimension");
+  TORCH_CHECK_VALUE(cos_in.sizes() == sin_in.sizes(),
+                    "sin must have the shape of cos ", cos_in.sizes(), ", got ", sin_in.sizes());
+  TORCH_CHECK_VALUE(cos_in.dim() == 2 || (cos_in.dim() == 3 && !positions
+                                          && (cos_in.size(0) == 1 || cos_in.size(0) == B)
+                                          && cos_in.size(1) == S),
+                    "cos must be a (table_len, r/2) table, or (batch, seq, r/2) rows without "
+                    "positions, got ", cos_in.sizes());
+  const int64_t r2 = cos_in.size(-1), rows = cos_in.size(-2);
+  TORCH_CHECK_VALUE(2 * r2 <= D, "cos has ", r2, " columns: rotary_dim ", 2 * r2, " > head_dim ",
+                    D);
+  Tensor pos, offs;
+  row_args(positions, offsets, B, S, pos, offs);
+  const int64_t* pp = pos.defined() ? pos.data_ptr<int64_t>() : nullptr;
+  const int64_t* op = offs.defined() ? offs.data_ptr<int64_t>() : nullptr;
+  const int64_t pbs = pos.defined() && pos.dim() == 2 && pos.size(0) > 1 ? S : 0;
+  for (int64_t b = 0; b < B; ++b) {                 // the slots first, then the table rows
+    const int64_t first = offset + (op ? op[b] : 0);
+    TORCH_CHECK_INDEX(first >= 0 && first + S <= L, "offset ", first, " of batch row ", b,
+                      ": slots ", first, "..", first + S - 1, " are outside the cache of max_len ",
+                      L);
+  }
+  for (int64_t b = 0; b < B && cos_in.dim() == 2; ++b) {
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t r = pp ? pp[b * pbs + s] : offset + (op ? op[b] : 0) + s;
+      TORCH_CHECK_INDEX(r >= 0 && r < rows, "position ", r,
+                        " (after offsets) is outside the cos/sin table of ", rows, " rows");
+    }
+  }
+  at::assert_no_internal_overlap(k_cache);
+  at::assert_no_internal_overlap(v_cache);
+  at::assert_no_overlap(k_cache, v_cache);
+  //@ part: append_dispatch
+  auto dense = [](const Tensor& t) { return t.stride(3) == 1 ? t : t.contiguous(); };
+  const Tensor q = dense(q_in), k = dense(k_in), v = dense(v_in);
+  const auto table_type = dt == at::kDouble ? at::kDouble : at::kFloat;
+  const Tensor cos = cos_in.to(table_type).contiguous(), sin = sin_in.to(table_type).contiguous();
+  Tensor qo = at::empty_like(q);
+  const int64_t qst[3] = {q.stride(0), q.stride(1), q.stride(2)};
+  const int64_t kst[3] = {k.stride(0), k.stride(1), k.stride(2)};
+  const int64_t vst[3] = {v.stride(0), v.stride(1), v.stride(2)};
+  const int64_t qost[3] = {qo.stride(0), qo.stride(1), qo.stride(2)};
+  const int64_t kcst[3] = {k_cache.stride(0), k_cache.stride(1), k_cache.stride(2)};
+  const int64_t vcst[3] = {v_cache.stride(0), v_cache.stride(1), v_cache.stride(2)};
+  const AppendGeometry g{B * q.size(1) * S, q.size(1), HK, S, D, Dv, r2,
+                         cos.dim() == 3 && cos.size(0) > 1 ? rows * r2 : 0, pbs, offset,
+                         qst, kst, vst, qost, kcst, vcst, pp, op, cos.dim() == 3};
+  const int64_t total = g.nq + B * HK * S;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, dt, "rope_lit_native_append", [&] {
+    using TC = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+    const scalar_t *qp = q.const_data_ptr<scalar_t>(), *kp = k.const_data_ptr<scalar_t>();
+    const scalar_t* vp = v.const_data_ptr<scalar_t>();
+    scalar_t *qop = qo.data_ptr<scalar_t>(), *kcp = k_cache.data_ptr<scalar_t>();
+    scalar_t* vcp = v_cache.data_ptr<scalar_t>();
+    const TC *cp = cos.const_data_ptr<TC>(), *sp = sin.const_data_ptr<TC>();
+    auto run = [&](auto il, auto r2c) {
+      constexpr bool IL = decltype(il)::value;
+      constexpr int R2C = decltype(r2c)::value;
+      const int64_t grain = std::max<int64_t>(1, 16384 / (D + Dv));
+      at::parallel_for(0, total, grain, [&](int64_t n0, int64_t n1) {
+        append_range<scalar_t, TC, IL, R2C>(n0, n1, g, qp, kp, vp, qop, kcp, vcp, cp, sp);
+      });
+    };
+    auto by_r2 = [&](auto il) {
+      if (r2 == 64) run(il, std::integral_constant<int, 64>{});
+      else if (r2 == 32) run(il, std::integral_constant<int, 32>{});
+      else run(il, std::integral_constant<int, 0>{});
+    };
+    if (interleaved) by_r2(std::true_type{}); else by_r2(std::false_type{});
+  });
+  k_cache.unsafeGetTensorImpl()->bump_version();   // written in place, as torch's own ops do
+  v_cache.unsafeGetTensorImpl()->bump_version();
+  return qo;
 }

@@ -16,7 +16,8 @@ from tokenizers import Tokenizer, models, trainers, pre_tokenizers, decoders, no
 # %% auto #0
 __all__ = ['MULTI30K_SPLITS', 'MULTI30K_URL', 'MULTI30K_SHA256', 'REPO_ROOT', 'SPECIALS', 'PAD', 'BOS', 'EOS', 'UNK',
            'read_lines', 'split_file', 'read_parallel', 'synthetic_pairs', 'write_corpus', 'synthetic_corpus', 'sha256',
-           'download_multi30k', 'multi30k_dir', 'train_tokenizer', 'encode_pairs', 'token_batches', 'collate']
+           'download_multi30k', 'multi30k_download_dir', 'multi30k_dir', 'train_tokenizer', 'encode_pairs',
+           'token_batches', 'collate']
 
 # %% ../../nbs/10_mt_data.ipynb #3f3596b1
 def read_lines(
@@ -174,12 +175,18 @@ def download_multi30k(
 # %% ../../nbs/10_mt_data.ipynb #0aab495e
 REPO_ROOT = Path(__file__).resolve().parents[2] if '__file__' in globals() else Path.cwd().resolve().parent
 
+def multi30k_download_dir()->Path:
+    "Where `rope-lit-translate download` puts Multi30k: `$ROPE_LIT_MULTI30K`, else `~/.cache/rope_lit/multi30k`"
+    if os.environ.get('ROPE_LIT_MULTI30K'): return Path(os.environ['ROPE_LIT_MULTI30K'])
+    cache = os.environ.get('XDG_CACHE_HOME') or Path.home()/'.cache'
+    return Path(cache)/'rope_lit'/'multi30k'
+
 def multi30k_dir(data_dir:str|Path|None=None)->Path|None:
     "The folder holding the raw Multi30k files, or None if it cannot be found"
     if data_dir is not None:
         if not Path(data_dir).is_dir(): raise FileNotFoundError(f"data_dir {data_dir} is not a folder")
         return Path(data_dir)
-    cands = [os.environ.get('ROPE_LIT_MULTI30K'), REPO_ROOT/'.data'/'multi30k', REPO_ROOT.parent/'shared'/'data'/'multi30k']
+    cands = [os.environ.get('ROPE_LIT_MULTI30K'), multi30k_download_dir(), REPO_ROOT/'.data'/'multi30k', REPO_ROOT.parent/'shared'/'data'/'multi30k']
     for c in cands:
         if c and (Path(c)/'train.de.gz').is_file(): return Path(c)
     return None

@@ -11,6 +11,7 @@ import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 from fastcore.basics import patch
 from ..attention import RotaryMultiHeadAttention, KVCache
+from ..kernels import rotary_append
 from .data import PAD, BOS, EOS
 
 # %% auto #0
@@ -305,9 +306,12 @@ def step(self:IncrementalDecoder,
         qkv = F.linear(F.layer_norm(x, d, *n1), *w['qkv']).to(self.work)      # fused W_q, W_k, W_v
         qkv = qkv.unflatten(-1, (3, self.h, self.dk)).permute(2, 0, 3, 1, 4)   # (3, rows, h, 1, dk)
         q, k = qkv[0], qkv[1]
-        if layer.self_attn.rotary is not None:
-            q, k = layer.self_attn.rotary(q, k, offset=t)   # RoPE: rotate by position t
-        kv[0, :, :, t:t+1] = k; kv[1, :, :, t:t+1] = qkv[2]
+        rot = layer.self_attn.rotary
+        if rot is not None:   # RoPE at position t, and k, v stored in slot t: one pass
+            cos, sin = rot.cos_sin(t + 1, device=q.device, dtype=q.dtype)   # rows 0 .. t
+            q = rotary_append(q, k, qkv[2], kv[0], kv[1], cos, sin, t,
+                              interleaved=rot.interleaved, backend=rot._backend_fn(q.device.type))
+        else: kv[0, :, :, t:t+1] = k; kv[1, :, :, t:t+1] = qkv[2]
         a = _attend_one(q, kv[0, :, :, :t+1], kv[1, :, :, :t+1], None)   # all keys so far
         x = x + F.linear(self._merge(a).to(self.dtype), *w['self_out'])
         q = self._heads(F.linear(F.layer_norm(x, d, *n2), *w['cross_q']).to(self.work))

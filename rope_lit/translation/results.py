@@ -47,6 +47,25 @@ def benchmark_training(
         step()
     return batch * (src_len + tgt_len) * steps / (time.perf_counter() - t0)
 
+# %% ../../nbs/13_mt_results.ipynb #1494c7b5
+import contextlib, sys
+
+@contextlib.contextmanager
+def _quiet_native_output():
+    "Send the process's own stdout and stderr (file descriptors 1 and 2) to /dev/null while active"
+    # torch.profiler's native layer (Kineto) prints `USDT … profiler_start` lines, and an `ERROR: External init
+    # callback …` line when used from a thread; they say nothing about the result
+    sys.stdout.flush(); sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1); os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1); os.dup2(saved[1], 2)
+        for fd in (*saved, null): os.close(fd)
+
+
 # %% ../../nbs/13_mt_results.ipynb #25c07df2
 MATMUL_OPS = ('aten::mm', 'aten::addmm', 'aten::bmm', 'aten::baddbmm')
 
@@ -57,11 +76,12 @@ def training_matmul_seconds(
     position:str='sinusoidal',  # position scheme
 )->float:                       # seconds per step inside matrix products
     "Seconds per training step in matrix products (self CPU time of `MATMUL_OPS`, `torch.profiler`)"
-    from torch.profiler import profile, ProfilerActivity
     step = _training_step(N, d_model, d_ff, h, vocab_size, batch, src_len, tgt_len, position)
     for _ in range(warmup): step()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        for _ in range(steps): step()
+    with _quiet_native_output():   # the profiler's own log lines
+        from torch.profiler import profile, ProfilerActivity
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(steps): step()
     in_matmul = sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in MATMUL_OPS)
     return in_matmul / 1e6 / steps
 

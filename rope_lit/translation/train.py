@@ -6,7 +6,7 @@ Docs: https://rope-lit.github.io/rope_lit/mt_train.html.md"""
 
 # %% ../../nbs/12_mt_train.ipynb #1e4ddece
 from __future__ import annotations
-import contextlib, dataclasses, json, os, platform, random, sys, tempfile, time
+import contextlib, dataclasses, json, math, os, platform, random, shutil, signal, sys, tempfile, threading, time
 from dataclasses import dataclass, asdict
 from pathlib import Path
 import torch, torch.nn.functional as F
@@ -15,15 +15,18 @@ from torch import Tensor
 from tokenizers import Tokenizer
 from sacrebleu.metrics import BLEU, CHRF
 from .data import (PAD, BOS, EOS, MULTI30K_SPLITS, read_parallel, synthetic_corpus, multi30k_dir,
+                                       multi30k_download_dir,
                                        train_tokenizer, encode_pairs, token_batches, collate)
 from .model import Seq2SeqTransformer, DecodingWeights, greedy_decode, beam_search, attention_maps
 try: from tqdm.auto import tqdm
 except ImportError: tqdm = None
 
 # %% auto #0
-__all__ = ['PRESETS', 'EXAMPLE_DE', 'EXAMPLE_EN', 'RUN_LENGTH_FIELDS', 'TranslationConfig', 'make_config', 'smoothed_loss',
-           'noam_lr', 'make_optimizer', 'load_splits', 'atomic_save', 'rng_state', 'set_rng_state', 'translate',
-           'score', 'train_step', 'hardware', 'eval_loss', 'load_model', 'example_attention', 'evaluate', 'train']
+__all__ = ['PRESETS', 'EXAMPLE_DE', 'EXAMPLE_EN', 'RUN_LENGTH_FIELDS', 'RUN_FILES', 'TranslationConfig', 'make_config',
+           'smoothed_loss', 'noam_lr', 'make_optimizer', 'load_splits', 'atomic_save', 'rng_state', 'set_rng_state',
+           'translate', 'score', 'train_step', 'check_device', 'read_checkpoint', 'read_tokenizer', 'read_config',
+           'hardware', 'eval_loss', 'load_model', 'example_attention', 'evaluate', 'run_files', 'RunDirInUse',
+           'NonFiniteLoss', 'TrainingInterrupted', 'train']
 
 # %% ../../nbs/12_mt_train.ipynb #eea537c6
 @dataclass
@@ -110,8 +113,9 @@ def load_splits(cfg:TranslationConfig)->dict[str,list[tuple[str,str]]]:
             out = {s: read_parallel(d, s) for s in MULTI30K_SPLITS}
     else:
         d = multi30k_dir() if cfg.data == 'multi30k' else multi30k_dir(cfg.data)
-        if d is None: raise FileNotFoundError("data='multi30k' but no Multi30k folder was found: pass a folder, set "
-                                              "$ROPE_LIT_MULTI30K, or download it with download_multi30k")
+        if d is None: raise FileNotFoundError(
+            "data='multi30k' but no Multi30k folder was found: download it with `rope-lit-translate download` "
+            f"(into {multi30k_download_dir()}), or pass a folder of the raw files, or set $ROPE_LIT_MULTI30K")
         out = {s: read_parallel(d, s) for s in MULTI30K_SPLITS}
     if cfg.n_train is not None: out['train'] = out['train'][:cfg.n_train]
     if cfg.n_eval is not None: out = {s: (p if s == 'train' else p[:cfg.n_eval]) for s, p in out.items()}
@@ -150,6 +154,7 @@ def translate(
     batch_size:int=128,       # sentences per batch
     device=None,              # where to run (default: the model's device)
     dtype:torch.dtype|None=None, # decode in this dtype, e.g. torch.bfloat16 (default: the model's)
+    bar=None,                 # a tqdm bar advanced by the sentences of each batch
 )->list[str]:                 # detokenized translations, in input order
     "Translate `sentences` with greedy decoding or beam search"
     model.eval(); device = device or next(model.parameters()).device
@@ -163,6 +168,7 @@ def translate(
               else beam_search(model, src, beam_size, length_penalty, max_len, weights=weights))
         texts = tok.decode_batch([[t for t in y.tolist() if t > EOS] for y in ys])
         for j, t in zip(idx, texts): out[j] = t
+        if bar is not None: bar.update(len(idx))
     return out
 
 # %% ../../nbs/12_mt_train.ipynb #5e883f2e
@@ -205,9 +211,42 @@ def train_step(
     return loss_sum, n_tgt, step_tok
 
 # %% ../../nbs/12_mt_train.ipynb #5de005f0
-def _device(cfg):
-    if cfg.device != 'auto': return torch.device(cfg.device)
-    return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+def check_device(name:str)->torch.device:
+    "`torch.device(name)` ('auto': CUDA if available), or a ValueError saying why it cannot be used"
+    if name == 'auto': return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    try: d = torch.device(name)
+    except (RuntimeError, TypeError): d = None
+    if d is None or d.type not in ('cpu', 'cuda'):
+        raise ValueError(f"device {name!r} is not one of 'auto', 'cpu', 'cuda', 'cuda:N'")
+    if d.type == 'cuda' and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r}: this torch ({torch.__version__}) sees no CUDA device; use 'cpu'")
+    if d.type == 'cuda' and d.index is not None and d.index >= torch.cuda.device_count():
+        raise ValueError(f"device {name!r}: there are only {torch.cuda.device_count()} CUDA devices")
+    return d
+
+def _device(cfg): return check_device(cfg.device)
+
+def read_checkpoint(path:Path, map_location='cpu')->dict:
+    "`torch.load` a checkpoint, or a one-line error naming the file when it is missing, truncated or corrupt"
+    if not Path(path).is_file(): raise FileNotFoundError(f"checkpoint {path} does not exist")
+    try: return torch.load(path, map_location=map_location, weights_only=False)
+    except Exception: raise ValueError(f"checkpoint {path} is truncated or corrupt (torch.load cannot read it): "
+                                      "restore it from a copy, or train the run again") from None
+
+def read_tokenizer(path:Path)->Tokenizer:
+    "The tokenizer saved at `path`, or a one-line error naming the file when it is missing or unreadable"
+    if not Path(path).is_file(): raise FileNotFoundError(f"tokenizer {path} does not exist")
+    try: return Tokenizer.from_file(str(path))
+    except Exception: raise ValueError(f"tokenizer {path} is truncated or corrupt (not a tokenizers JSON file): "
+                                      "restore it from a copy, or train the run again") from None
+
+def read_config(run_dir:Path)->TranslationConfig:
+    "The `TranslationConfig` saved in `run_dir/config.json`, with one-line errors"
+    path = Path(run_dir)/'config.json'
+    if not path.is_file(): raise FileNotFoundError(f"run_dir {run_dir} has no config.json: not a run")
+    try: return TranslationConfig(**json.loads(path.read_text()))
+    except (ValueError, TypeError): raise ValueError(f"{path} is truncated or corrupt (not a run's JSON config): "
+                                                     "restore it from a copy, or train the run again") from None
 
 def hardware(device)->str:
     "A one-line description of the hardware a run used"
@@ -232,14 +271,14 @@ def _log(path, rec):
 def load_model(run_dir:str|Path, device='cpu')->tuple[Seq2SeqTransformer,Tokenizer,TranslationConfig]:
     "The model (weights of `checkpoints/last.pt`), tokenizer and config of a run"
     run_dir = Path(run_dir)
-    if not (run_dir/'config.json').is_file(): raise FileNotFoundError(f"run_dir {run_dir} has no config.json: not a run")
-    cfg = TranslationConfig(**json.loads((run_dir/'config.json').read_text()))
-    tok = Tokenizer.from_file(str(run_dir/'tokenizer.json'))
+    cfg = read_config(run_dir)
+    tok = read_tokenizer(run_dir/'tokenizer.json')
     model = Seq2SeqTransformer(tok.get_vocab_size(), cfg.N, cfg.d_model, cfg.d_ff, cfg.h, cfg.dropout, cfg.position, cfg.max_len)
     ck = run_dir/'checkpoints'/'last.pt'
     if not ck.is_file(): raise FileNotFoundError(f"run_dir {run_dir} has no checkpoints/last.pt")
-    model.load_state_dict(torch.load(ck, map_location='cpu', weights_only=False)['model'])
-    return model.to(device).eval(), tok, cfg
+    model.load_state_dict(read_checkpoint(ck)['model'])
+    return model.to(check_device(device)).eval(), tok, cfg
+
 
 # %% ../../nbs/12_mt_train.ipynb #b4a2519e
 EXAMPLE_DE = 'Eine Gruppe von Männern lädt Baumwolle auf einen Lastwagen'
@@ -265,16 +304,21 @@ def evaluate(
     run_dir:str|Path,             # hypotheses files go here
     splits:dict,                  # split name -> (source, target) pairs
     decodings:tuple=('greedy', 'beam'), # which decodings
+    tag:str='',                   # inserted in the file names: `hyp.{split}.{decoding}{tag}.en`
+    progress:bool=False,          # a tqdm bar of sentences decoded, per split and decoding
 )->dict:                          # {split: {decoding: scores}} and the report's example
-    "Decode and score `splits`, writing `hyp.{split}.{decoding}.en` and the example's `attention.json` to `run_dir`"
+    "Decode and score `splits`, writing `hyp.{split}.{decoding}{tag}.en` and the example's `attention.json` to `run_dir`"
     out = {}
     for split, pairs in splits.items():
         out[split] = {}
         for dec in decodings:
             k = 1 if dec == 'greedy' else cfg.beam_size
             t0 = time.time()
-            hyps = translate(model, tok, [s for s, _ in pairs], k, cfg.length_penalty, cfg.max_len, cfg.eval_batch)
-            (Path(run_dir)/f"hyp.{split}.{dec}.en").write_text(''.join(h + '\n' for h in hyps))
+            bar = (tqdm(total=len(pairs), desc=f"{split} {dec}", unit='sentence', leave=False, file=sys.stderr)
+                   if progress and tqdm is not None else None)
+            hyps = translate(model, tok, [s for s, _ in pairs], k, cfg.length_penalty, cfg.max_len, cfg.eval_batch, bar=bar)
+            if bar is not None: bar.close()
+            (Path(run_dir)/f"hyp.{split}.{dec}{tag}.en").write_text(''.join(h + '\n' for h in hyps))
             out[split][dec] = dict(score(hyps, [t for _, t in pairs]), n=len(pairs), seconds=round(time.time() - t0, 2),
                                    **({'beam_size': k, 'length_penalty': cfg.length_penalty} if k > 1 else {}))
     (Path(run_dir)/'attention.json').write_text(json.dumps(example_attention(model, tok, EXAMPLE_DE, cfg.max_len), ensure_ascii=False))
@@ -285,11 +329,45 @@ def evaluate(
 
 # %% ../../nbs/12_mt_train.ipynb #3113ea85
 RUN_LENGTH_FIELDS = ('epochs', 'max_steps', 'time_budget', 'final_eval', 'checkpoint_every', 'epoch_checkpoints', 'device', 'threads', 'eval_batch')
+RUN_FILES = ('config.json', 'tokenizer.json', 'checkpoints', 'metrics.jsonl', 'results.json', 'attention.json')
+
+def run_files(run_dir:str|Path)->list[str]:
+    "Names in `run_dir` that belong to a run: `RUN_FILES`, `hyp.*.en`, `results.n*.json`"
+    d = Path(run_dir)
+    if not d.is_dir(): return []
+    return sorted(p.name for p in d.iterdir() if p.name in RUN_FILES or (p.name.startswith('hyp.') and p.name.endswith('.en'))
+                  or (p.name.startswith('results.n') and p.name.endswith('.json')))
+
+class RunDirInUse(FileExistsError):
+    "`run_dir` holds the files of another run, and neither resume nor overwrite was asked for"
+    def __init__(self, run_dir, names):
+        self.run_dir, self.names = Path(run_dir), names
+        super().__init__(f"run_dir {run_dir} already holds a run ({', '.join(names)}): pass resume=True to "
+                         "continue it, overwrite=True to start it again, or use a new folder")
+
+class NonFiniteLoss(ValueError):
+    "The training loss (or the weights) became NaN or infinite; the run stopped without saving"
+
+class TrainingInterrupted(Exception):
+    "SIGINT or SIGTERM stopped training after a checkpoint was saved at the current step"
+    def __init__(self, signum:int, step:int, epoch:int, checkpoint:Path):
+        self.signum, self.step, self.epoch, self.checkpoint = signum, step, epoch, checkpoint
+        super().__init__(f"interrupted by {signal.Signals(signum).name} at step {step} (epoch {epoch}): saved {checkpoint}")
+
+@contextlib.contextmanager
+def _signals_to(received:list):
+    "While active, SIGINT and SIGTERM only append their number to `received` (in the main thread; elsewhere a no-op)"
+    if threading.current_thread() is not threading.main_thread(): yield; return
+    old = {s: signal.signal(s, lambda n, frame: received.append(n)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try: yield
+    finally:
+        for s, h in old.items(): signal.signal(s, h)
 
 def train(
     cfg:TranslationConfig,  # what to train (ignored on resume, except the run-length fields given in `overrides`)
     run_dir:str|Path,       # the run directory
     resume:bool=False,      # continue from `run_dir/checkpoints/last.pt`
+    overwrite:bool=False,   # delete the files of a run already in `run_dir` and start again
     progress:bool=True,     # tqdm progress bars
     **overrides,            # on resume: new values for `RUN_LENGTH_FIELDS`
 )->dict:                    # summary (also in results.json when evaluated)
@@ -298,26 +376,29 @@ def train(
     world, rank = int(os.environ.get('WORLD_SIZE', 1)), int(os.environ.get('RANK', 0))
     if resume:
         if not ck_path.is_file(): raise FileNotFoundError(f"cannot resume: {ck_path} does not exist")
-        cfg = TranslationConfig(**json.loads((run_dir/'config.json').read_text()))
+        cfg = read_config(run_dir)
         bad = set(overrides) - set(RUN_LENGTH_FIELDS)
         if bad: raise ValueError(f"on resume only {RUN_LENGTH_FIELDS} may change, got {sorted(bad)}")
         cfg = dataclasses.replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
-    elif ck_path.exists(): raise FileExistsError(f"run_dir {run_dir} already holds a run: pass resume=True or use a new folder")
+    elif run_files(run_dir) and not overwrite: raise RunDirInUse(run_dir, run_files(run_dir))
     if cfg.threads: torch.set_num_threads(cfg.threads)
     device = _device(cfg)
+    if overwrite and not resume and rank == 0:   # another run's tokenizer or metrics must not leak into this one
+        for name in run_files(run_dir):
+            p = run_dir/name; shutil.rmtree(p) if p.is_dir() else p.unlink()
     if device.type == 'cuda': torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     if world > 1 and not dist.is_initialized():
         if device.type == 'cuda': device = torch.device('cuda', int(os.environ.get('LOCAL_RANK', 0))); torch.cuda.set_device(device)
         dist.init_process_group('nccl' if device.type == 'cuda' else 'gloo')
     main = rank == 0
+    splits = load_splits(cfg)   # first: a run whose data is missing leaves no folder behind
     if main:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir/'config.json').write_text(json.dumps(asdict(cfg), indent=1))
-    splits = load_splits(cfg)
     if main and not (run_dir/'tokenizer.json').exists():
         train_tokenizer([x for p in splits['train'] for x in p], cfg.vocab_size).save(str(run_dir/'tokenizer.json'))
     if world > 1: dist.barrier()
-    tok = Tokenizer.from_file(str(run_dir/'tokenizer.json'))
+    tok = read_tokenizer(run_dir/'tokenizer.json')
     train_ex, val_ex = encode_pairs(tok, splits['train'], cfg.max_len), encode_pairs(tok, splits['val'], cfg.max_len)
     lengths = [(len(s), len(t)) for s, t in train_ex]
 
@@ -327,79 +408,105 @@ def train(
     opt, sched = make_optimizer(model, cfg)
     st = dict(epoch=0, batch=0, step=0, tokens=0, train_seconds=0.0)
     if resume:
-        ck = torch.load(ck_path, map_location=device, weights_only=False)
+        ck = read_checkpoint(ck_path, map_location=device)
         model.load_state_dict(ck['model']); opt.load_state_dict(ck['optimizer']); sched.load_state_dict(ck['scheduler'])
         st = ck['state']; set_rng_state(ck['rng'][rank] if isinstance(ck['rng'], list) else ck['rng'])
+        if main: print(f"resuming from step {st['step']} (epoch {st['epoch'] + 1})", file=sys.stderr, flush=True)
     net = model
     if world > 1: net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == 'cuda' else None)
     fwd = torch.compile(net, dynamic=True) if cfg.compile else net
     metrics = run_dir/'metrics.jsonl'
+    saved, received, halt = dict(step=st['step'] if resume else None), [], dict(signal=0)
+
+    def diverged(what:str, finite:bool):   # a NaN/inf anywhere stops every process before anything is written
+        bad = torch.tensor([float(not finite)], device=device)
+        if world > 1: dist.all_reduce(bad, op=dist.ReduceOp.MAX)
+        if bad.item():
+            kept = (f"the last good checkpoint {ck_path} (step {saved['step']}) is kept" if saved['step'] is not None
+                    else "no checkpoint had been saved")
+            raise NonFiniteLoss(f"training stopped: the {what} became non-finite at step {st['step']} (epoch "
+                                f"{st['epoch'] + 1}); {kept} and nothing was written over; train again with a "
+                                "smaller learning-rate factor or a longer warm-up")
 
     def save():
+        diverged('weights', all(bool(torch.isfinite(p).all()) for p in model.parameters()))
         rngs = [None] * world
         if world > 1: dist.all_gather_object(rngs, rng_state())
         else: rngs = [rng_state()]
         if main: atomic_save(dict(model=model.state_dict(), optimizer=opt.state_dict(), scheduler=sched.state_dict(),
                                   state=dict(st), rng=rngs, config=asdict(cfg)), ck_path)
+        saved['step'] = st['step']
 
     def out_of_time():
         stop = (cfg.max_steps is not None and st['step'] >= cfg.max_steps) or \
                (cfg.time_budget is not None and st['train_seconds'] >= cfg.time_budget)
+        sig = received[0] if received else 0   # SIGINT or SIGTERM arrived: stop after this step
         if world > 1:  # all processes must agree
-            t = torch.tensor([float(stop)], device=device); dist.all_reduce(t, op=dist.ReduceOp.MAX); stop = bool(t.item())
-        return stop
+            t = torch.tensor([float(stop), float(sig)], device=device); dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            stop, sig = bool(t[0].item()), int(t[1].item())
+        halt['signal'] = sig
+        return stop or sig > 0
 
-    stopped, n_micro = out_of_time(), 1
-    while st['epoch'] < cfg.epochs and not stopped:
-        batches = token_batches(lengths, cfg.max_tokens, cfg.seed, st['epoch'], rank=rank, world_size=world)
-        n_micro = len(batches) // cfg.accum_steps * cfg.accum_steps
-        if n_micro == 0: raise ValueError(f"max_tokens={cfg.max_tokens} × accum_steps={cfg.accum_steps} leaves no full step")
-        bar = None
-        if tqdm is not None and progress and main:
-            bar = tqdm(total=n_micro // cfg.accum_steps, initial=st['batch'] // cfg.accum_steps, desc=f"epoch {st['epoch']+1}",
-                       leave=False, file=sys.stderr)
-        net.train(); t0 = t_last = time.time(); ntok, ntgt, lsum = 0, 0, 0.0
-        while st['batch'] < n_micro:
-            group = batches[st['batch']:st['batch'] + cfg.accum_steps]
-            data = [collate([train_ex[i] for i in b]) for b in group]
-            lsum, n_tgt, step_tok = train_step(net, fwd, opt, sched, data, cfg, device, world, lsum)
-            ntgt += n_tgt; ntok += step_tok
-            st['batch'] += len(group); st['step'] += 1; st['tokens'] += step_tok * world
-            now = time.time(); st['train_seconds'] += now - t_last; t_last = now
-            if bar: bar.update(1)
-            stopped = out_of_time()
-            if st['step'] % cfg.log_every == 0 or st['batch'] >= n_micro or stopped:
-                if device.type == 'cuda': torch.cuda.synchronize()
-                dt = max(time.time() - t0, 1e-9)
+    with _signals_to(received):   # until the last checkpoint is written, a signal only stops the loop
+        stopped, n_micro = out_of_time(), 1
+        while st['epoch'] < cfg.epochs and not stopped:
+            batches = token_batches(lengths, cfg.max_tokens, cfg.seed, st['epoch'], rank=rank, world_size=world)
+            n_micro = len(batches) // cfg.accum_steps * cfg.accum_steps
+            if n_micro == 0: raise ValueError(f"max_tokens={cfg.max_tokens} × accum_steps={cfg.accum_steps} leaves no full step")
+            bar = None
+            if tqdm is not None and progress and main:
+                bar = tqdm(total=n_micro // cfg.accum_steps, initial=st['batch'] // cfg.accum_steps, desc=f"epoch {st['epoch']+1}",
+                           leave=False, file=sys.stderr)
+            net.train(); t0 = t_last = time.time(); ntok, ntgt, lsum = 0, 0, 0.0
+            while st['batch'] < n_micro:
+                group = batches[st['batch']:st['batch'] + cfg.accum_steps]
+                data = [collate([train_ex[i] for i in b]) for b in group]
+                lsum, n_tgt, step_tok = train_step(net, fwd, opt, sched, data, cfg, device, world, lsum)
+                ntgt += n_tgt; ntok += step_tok
+                st['batch'] += len(group); st['step'] += 1; st['tokens'] += step_tok * world
+                now = time.time(); st['train_seconds'] += now - t_last; t_last = now
+                if bar: bar.update(1)
+                stopped = out_of_time()
+                ck_now = cfg.checkpoint_every and st['step'] % cfg.checkpoint_every == 0
+                if st['step'] % cfg.log_every == 0 or st['batch'] >= n_micro or stopped or ck_now:
+                    diverged('training loss', math.isfinite(float(lsum)))
+                if st['step'] % cfg.log_every == 0 or st['batch'] >= n_micro or stopped:
+                    if device.type == 'cuda': torch.cuda.synchronize()
+                    dt = max(time.time() - t0, 1e-9)
+                    if main:
+                        rec = dict(kind='train', epoch=st['epoch'] + st['batch'] / n_micro, step=st['step'],
+                                   loss=round(float(lsum) / max(ntgt, 1), 4), lr=float(f"{sched.get_last_lr()[0]:.4g}"), tokens_per_s=round(ntok * world / dt),
+                                   seconds=round(st['train_seconds'], 1))
+                        _log(metrics, rec)
+                        if bar: bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=rec['tokens_per_s'])
+                    t0, ntok, ntgt, lsum = time.time(), 0, 0, 0.0; t_last = max(t_last, t0)
+                if ck_now: save()
+                if stopped: break
+            if bar: bar.close()
+            if st['batch'] >= n_micro and not halt['signal']:   # (after a signal, the resumed run does the epoch's end)
+                st['epoch'] += 1; st['batch'] = 0
                 if main:
-                    rec = dict(kind='train', epoch=st['epoch'] + st['batch'] / n_micro, step=st['step'],
-                               loss=round(float(lsum) / max(ntgt, 1), 4), lr=float(f"{sched.get_last_lr()[0]:.4g}"), tokens_per_s=round(ntok * world / dt),
+                    rec = dict(kind='epoch', epoch=st['epoch'], step=st['step'], val_loss=round(eval_loss(model, val_ex, cfg, device), 4),
                                seconds=round(st['train_seconds'], 1))
+                    if cfg.val_bleu:
+                        hyps = translate(model, tok, [s for s, _ in splits['val']], 1, max_len=cfg.max_len, batch_size=cfg.eval_batch)
+                        rec['val_bleu'] = score(hyps, [t for _, t in splits['val']])['bleu']
                     _log(metrics, rec)
-                    if bar: bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=rec['tokens_per_s'])
-                t0, ntok, ntgt, lsum = time.time(), 0, 0, 0.0; t_last = max(t_last, t0)
-            if cfg.checkpoint_every and st['step'] % cfg.checkpoint_every == 0: save()
-            if stopped: break
-        if bar: bar.close()
-        if st['batch'] >= n_micro:
-            st['epoch'] += 1; st['batch'] = 0
-            if main:
-                rec = dict(kind='epoch', epoch=st['epoch'], step=st['step'], val_loss=round(eval_loss(model, val_ex, cfg, device), 4),
-                           seconds=round(st['train_seconds'], 1))
-                if cfg.val_bleu:
-                    hyps = translate(model, tok, [s for s, _ in splits['val']], 1, max_len=cfg.max_len, batch_size=cfg.eval_batch)
-                    rec['val_bleu'] = score(hyps, [t for _, t in splits['val']])['bleu']
-                _log(metrics, rec)
-            if world > 1: dist.barrier()
-            if cfg.epoch_checkpoints and st['epoch'] % cfg.epoch_checkpoints == 0 and st['epoch'] < cfg.epochs: save()
-    save()
+                if world > 1: dist.barrier()
+                if cfg.epoch_checkpoints and st['epoch'] % cfg.epoch_checkpoints == 0 and st['epoch'] < cfg.epochs: save()
+                stopped = out_of_time()
+        save()
+    if halt['signal']:
+        if world > 1: dist.destroy_process_group()
+        raise TrainingInterrupted(halt['signal'], st['step'], st['epoch'] + 1, ck_path)
     summary = dict(config=asdict(cfg), world_size=world, hardware=hardware(device), steps=st['step'],
                    epochs=round(st['epoch'] + st['batch'] / max(n_micro, 1), 3),
                    train_seconds=round(st['train_seconds'], 1),
                    tokens_per_s=round(st['tokens'] / max(st['train_seconds'], 1e-9)),
                    parameters=sum(p.numel() for p in model.parameters()))
     if main and cfg.final_eval:
-        summary['results'] = evaluate(model, tok, cfg, run_dir, {s: splits[s] for s in ('val', 'test_2016_flickr')})
+        summary['results'] = evaluate(model, tok, cfg, run_dir, {s: splits[s] for s in ('val', 'test_2016_flickr')},
+                                      progress=progress)
         (run_dir/'results.json').write_text(json.dumps(summary, indent=1, ensure_ascii=False))
     if world > 1: dist.barrier(); dist.destroy_process_group()
     return summary
