@@ -318,13 +318,14 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer('cos_cached', torch.empty(0, self.rotary_dim//2), persistent=False)
         self.register_buffer('sin_cached', torch.empty(0, self.rotary_dim//2), persistent=False)
         self.register_buffer('pair_streams', streams, persistent=False)  # (rotary_dim//2,) or None
-        self._grid_tables = {}
+        self._grid_tables, self._plans, self._fast_rows = {}, {}, {}  # `_forward_cached`
         self.n_builds, self._backends, self.validate_positions = 0, {}, bool(validate_positions)
         if max_seq_len: self._build(max_seq_len)
 
     def _build(self, length:int):
         "(Re)compute the cache for positions 0..length-1 on the buffers' device, outside inference"
         self._grid_tables = {}                  # 2-D grid tables are made from these rows
+        self._plans, self._fast_rows = {}, {}    # so are forward's cached rows (and plans)
         with torch.inference_mode(False), torch.no_grad():
             device = self.inv_freq.device
             self.inv_freq = self._inv_freq64.to(device)
@@ -479,12 +480,43 @@ def forward(self:RotaryEmbedding,
     grid:tuple|None=None,       # 2-D axial only: (H, W), patches in row-major order, seq = H·W
 )->tuple[Tensor, Tensor]:       # rotated (q, k), same shapes, dtypes and layout
     "Rotate `q` and `k` at their positions"
+    if (positions is None and grid is None and type(offset) is int and self.pair_streams is None
+            and isinstance(q, Tensor) and isinstance(k, Tensor)
+            and not torch.compiler.is_compiling()):
+        return self._forward_cached(q, k, offset)  # the common call: checks once per shape
     qb, kb = self._qk_as_bhsd(q, k)           # checked views as (batch, heads, seq, head_dim)
     where = (qb.shape[2], positions, offset, qb.shape[0], q.device, q.dtype)
     if self.pair_streams is None and grid is None: cos, sin = self.cos_sin(*where)
     else: cos, sin = self.stream_cos_sin(*where, grid=grid)  # M-RoPE or 2-D: positions per stream
     qr, kr = self._backend_fn(q.device.type)(qb, kb, cos, sin, interleaved=self.interleaved)
     back = _FROM_BHSD[self.seq_dim]
+    return qr.permute(*back), kr.permute(*back)
+
+# %% ../nbs/02_rope.ipynb #h14fa5t2
+@patch
+def _forward_cached(self:RotaryEmbedding, q:Tensor, k:Tensor, offset:int)->tuple[Tensor, Tensor]:
+    "`forward` for default positions and an int `offset`: its checks run once per kind of call"
+    key = (q.shape, k.shape, q.dtype, k.dtype, q.device, k.device, self.seq_dim)
+    plan = self._plans.get(key)
+    if plan is None:                          # first call of its kind: all of `forward`'s checks
+        qb, kb = self._qk_as_bhsd(q, k)
+        seq, batch = qb.shape[2], qb.shape[0]
+        self.cos_sin(seq, None, offset, batch, q.device, q.dtype)  # device (and offset) checks
+        plan = self._plans[key] = (seq, batch, q.dtype == torch.float64)
+    seq, batch, wide = plan
+    rows = self._fast_rows.get((offset, seq, wide))
+    if rows is None:
+        with torch.inference_mode(False):     # kept: must not be inference tensors
+            if offset >= 0 and not wide: rows = self._rows(offset, seq)   # as `cos_sin` does
+            else: rows = self.cos_sin(seq, None, offset, batch, q.device, q.dtype)  # or raises
+        if len(self._fast_rows) >= 256: self._fast_rows.clear()
+        self._fast_rows[offset, seq, wide] = rows
+    rotate = self._backend_fn(q.device.type)
+    if self.seq_dim == 2:                     # (batch, heads, seq, head_dim) already: no views
+        qr, kr = rotate(q, k, *rows, interleaved=self.interleaved)
+        return qr, kr
+    to, back = _TO_BHSD[self.seq_dim], _FROM_BHSD[self.seq_dim]
+    qr, kr = rotate(q.permute(*to), k.permute(*to), *rows, interleaved=self.interleaved)
     return qr.permute(*back), kr.permute(*back)
 
 # %% ../nbs/02_rope.ipynb #25c62310
