@@ -502,6 +502,7 @@ def _forward_cached(self:RotaryEmbedding, q:Tensor, k:Tensor, offset:int)->tuple
         qb, kb = self._qk_as_bhsd(q, k)
         seq, batch = qb.shape[2], qb.shape[0]
         self.cos_sin(seq, None, offset, batch, q.device, q.dtype)  # device (and offset) checks
+        if len(self._plans) >= 256: self._plans.clear()   # bounded: many prefill lengths
         plan = self._plans[key] = (seq, batch, q.dtype == torch.float64)
     seq, batch, wide = plan
     rows = self._fast_rows.get((offset, seq, wide))
@@ -510,7 +511,7 @@ def _forward_cached(self:RotaryEmbedding, q:Tensor, k:Tensor, offset:int)->tuple
             if offset >= 0 and not wide: rows = self._rows(offset, seq)   # as `cos_sin` does
             else: rows = self.cos_sin(seq, None, offset, batch, q.device, q.dtype)  # or raises
         if len(self._fast_rows) >= 256: self._fast_rows.clear()
-        self._fast_rows[offset, seq, wide] = rows
+        if not wide: self._fast_rows[offset, seq, wide] = rows   # float64 rows: new, not kept
     rotate = self._backend_fn(q.device.type)
     if self.seq_dim == 2:                     # (batch, heads, seq, head_dim) already: no views
         qr, kr = rotate(q, k, *rows, interleaved=self.interleaved)

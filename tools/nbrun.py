@@ -5,8 +5,10 @@
   python tools/nbrun.py NB --cells 12 15     cells by index (0-based, as in the .ipynb)
   python tools/nbrun.py NB --all             every cell that runs
 
-Outputs that carry measurements (timings, trained results) are therefore never replaced by accident when a page's
-prose or a figure's style changes. Flagged cells (`tst_flags`) are skipped as `nbdev-test` skips them, unless named in
+Outputs that carry measurements (timings, trained results) are not replaced when only a page's prose or a figure's
+style changes. Careful with --changed after large edits: it selects every cell whose source differs from HEAD,
+timing cells included (their fresh numbers would replace the stored ones); name the cells with --cells instead.
+The whole notebook runs, and a failing cell stops the run before anything is saved. Flagged cells (`tst_flags`) are skipped as `nbdev-test` skips them, unless named in
 --flags. `IN_TEST` is not set unless --in-test is given. The notebook is cleaned with `nbdev-clean` afterwards.
 """
 import argparse, json, os, subprocess, sys

@@ -127,7 +127,8 @@ def atomic_save(obj, path:str|Path):
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        with os.fdopen(fd, 'wb') as f: torch.save(obj, f)
+        with os.fdopen(fd, 'wb') as f:
+            torch.save(obj, f); f.flush(); os.fsync(f.fileno())   # on disk before the rename
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp): os.remove(tmp)
@@ -383,15 +384,16 @@ def train(
     elif run_files(run_dir) and not overwrite: raise RunDirInUse(run_dir, run_files(run_dir))
     if cfg.threads: torch.set_num_threads(cfg.threads)
     device = _device(cfg)
-    if overwrite and not resume and rank == 0:   # another run's tokenizer or metrics must not leak into this one
-        for name in run_files(run_dir):
-            p = run_dir/name; shutil.rmtree(p) if p.is_dir() else p.unlink()
     if device.type == 'cuda': torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     if world > 1 and not dist.is_initialized():
         if device.type == 'cuda': device = torch.device('cuda', int(os.environ.get('LOCAL_RANK', 0))); torch.cuda.set_device(device)
         dist.init_process_group('nccl' if device.type == 'cuda' else 'gloo')
     main = rank == 0
     splits = load_splits(cfg)   # first: a run whose data is missing leaves no folder behind
+    if overwrite and not resume and main:   # only once the new run can start: its data loaded, its device set;
+        for name in run_files(run_dir):     # another run's tokenizer or metrics must not leak into this one
+            p = run_dir/name
+            p.unlink() if p.is_symlink() or not p.is_dir() else shutil.rmtree(p)
     if main:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir/'config.json').write_text(json.dumps(asdict(cfg), indent=1))
