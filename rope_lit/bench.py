@@ -16,7 +16,8 @@ from .frequencies import rope_frequencies
 from .kernels import select_backend
 from .rope import rotary_qk as rotary_qk_eager, rotary_cos_sin
 # the command line lives in a module that imports torch only when a run starts (fast `--help`)
-from .bench_cli import CPU_TUNABLES, DEFAULT_SHAPES, DEFAULT_DTYPE, _parse_shape, _parser, main
+from .bench_cli import (CPU_TUNABLES, DEFAULT_SHAPES, DEFAULT_DTYPE, cpu_environment, _parse_shape,
+                                 _parser, main)
 
 # %% ../nbs/04a_benchmark.ipynb #6b98e279
 def _angles(seq, rotary_dim, device):
@@ -201,7 +202,7 @@ def run_benchmark(
     repeats:int=30,                    # CPU: timed calls per method (5× for inputs under 8 MiB); CUDA: do_bench's budget in ms is 10× this
     warmup:int=3,                      # CPU: untimed calls per method first (compilation happens here)
     progress:bool=True,                # show a progress bar
-)->tuple:                              # (rows, notes): one dict per measurement; why methods were skipped
+)->tuple:                              # (rows, notes): one dict per measurement (CPU rows name their `environment`); why methods were skipped
     "Time rope_lit and its peers side by side with the copy floor"
     from tqdm.auto import tqdm
     chosen = [m for m in all_methods() if methods is None or m.name in methods or not m.peer]
@@ -240,7 +241,7 @@ def run_benchmark(
         moved = 2 * 2 * B * H * S * D * torch.finfo(dtype).bits // 8        # q and k, read once and written once
         floor, ours = stats[FLOOR][0], stats.get(OURS, (float('nan'),))[0]
         for n, (q50, q20, q80, wall) in stats.items():
-            rows.append(dict(device=device, shape='x'.join(map(str, shape)), dtype=str(dtype).replace('torch.', ''),
+            rows.append(dict(device=device, environment=cpu_environment() if device == 'cpu' else None, shape='x'.join(map(str, shape)), dtype=str(dtype).replace('torch.', ''),
                              pairing=pairing, mode=mode, method=n, median_us=q50 * 1e6, p20_us=q20 * 1e6, p80_us=q80 * 1e6,
                              ratio_to_floor=q50 / floor, ratio_paired=None if device == 'cuda' else paired(n, FLOOR),
                              ratio_to_autograd_floor=None if device == 'cuda' else paired(n, AUTOGRAD_FLOOR),
@@ -279,25 +280,30 @@ def plot_results(rows:list, path=None):
     shapes = list(dict.fromkeys(r['shape'] for r in rows)); modes = list(dict.fromkeys(r['mode'] for r in rows))
     order = [m.name for m in all_methods()]   # the floors first, then rope_lit's, then the peers
     methods = sorted(dict.fromkeys(r['method'] for r in rows), key=lambda n: order.index(n) if n in order else len(order))
-    pairings = list(dict.fromkeys(r['pairing'] for r in rows))
+    env = lambda r: r.get('environment') or ''   # results files from before the column: ''
+    series = list(dict.fromkeys((r['pairing'], env(r)) for r in rows))   # one bar per method and series
+    several = len({e for _, e in series}) > 1
     fig, axes = plt.subplots(len(shapes), len(modes), figsize=(7.5, 0.21 * len(methods) * len(shapes) + 1.4),
                              squeeze=False, sharey=True, dpi=150)
     for i, s in enumerate(shapes):
         for j, md in enumerate(modes):
             ax = axes[i][j]
-            for p_i, p in enumerate(pairings):
+            w = 0.8 / len(series)
+            for p_i, (p, e) in enumerate(series):
                 sel = {r['method']: r.get('ratio_paired') or r['ratio_to_floor'] for r in rows
-                       if r['shape'] == s and r['mode'] == md and r['pairing'] == p}
-                ys = [m_i + (p_i - (len(pairings) - 1) / 2) * 0.4 for m_i, m in enumerate(methods) if m in sel]
-                ax.barh(ys, [float(sel[m]) for m in methods if m in sel], height=0.38, label=p)
+                       if r['shape'] == s and r['mode'] == md and r['pairing'] == p and env(r) == e}
+                ys = [m_i + (p_i - (len(series) - 1) / 2) * w for m_i, m in enumerate(methods) if m in sel]
+                ax.barh(ys, [float(sel[m]) for m in methods if m in sel], height=0.95 * w,
+                        label=f"{p}, {e}" if several else p)
             ax.axvline(1.0 if md == 'fwd' else 2.0, color='k', lw=0.8, ls='--')
             ax.set_xscale('log'); ax.set_yticks(range(len(methods)), methods, fontsize=9)
             ax.tick_params(axis='x', labelsize=9)
             ax.set_title(f"{s} ({rows[0]['dtype']}), {md}", fontsize=9)
             if i == len(shapes) - 1: ax.set_xlabel('time / copy floor (log scale)', fontsize=9)
     axes[0][0].invert_yaxis()   # the floors on top (the y axis is shared)
-    fig.legend(*axes[0][0].get_legend_handles_labels(), loc='upper center', ncol=len(pairings), fontsize=9,
-               frameon=False, title='pairing (dashed line: the least possible)', title_fontsize=9)
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc='upper center', ncol=len(series), fontsize=9,
+               frameon=False, title=f"pairing{', environment' if several else ''} (dashed line: the least possible)",
+               title_fontsize=9)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.55 / fig.get_figheight()))
     if path: fig.savefig(path, dpi=150); plt.close(fig)
     return fig
@@ -308,12 +314,13 @@ def results_table(rows:list, pairing=None, mode=None)->str:
     rows = [r for r in rows if (pairing is None or r['pairing'] == pairing) and (mode is None or r['mode'] == mode)]
     e2e = any(r.get('end_to_end_us') not in (None, '') for r in rows)
     paired = any(r.get('ratio_paired') not in (None, '') for r in rows)
-    head = (['shape', 'dtype', 'pairing', 'mode', 'method', 'median µs', 'p20–p80 µs', '× floor'] + (['× floor, round by round'] if paired else [])
+    envs = any(r.get('environment') for r in rows)   # CPU rows since the column exists
+    head = ((['environment'] if envs else []) + ['shape', 'dtype', 'pairing', 'mode', 'method', 'median µs', 'p20–p80 µs', '× floor'] + (['× floor, round by round'] if paired else [])
             + ['GB/s', 'rope_lit speed-up'] + (['end-to-end µs/call'] if e2e else []))
     out = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
     f = lambda x, d=1: f"{float(x):.{d}f}"
     for r in rows:
-        cells = ([r['shape'], r['dtype'], r['pairing'], r['mode'], r['method'], f(r['median_us']), f"{f(r['p20_us'])}–{f(r['p80_us'])}",
+        cells = ([r.get('environment') or ''] if envs else []) + ([r['shape'], r['dtype'], r['pairing'], r['mode'], r['method'], f(r['median_us']), f"{f(r['p20_us'])}–{f(r['p80_us'])}",
                   f(r['ratio_to_floor'], 2)] + ([f(r['ratio_paired'], 2) if r.get('ratio_paired') not in (None, '') else ''] if paired else [])
                  + [f(r['GBps'], 0), f(r['rope_lit_speedup'], 2) + '×'])
         if e2e: cells.append(f(r['end_to_end_us']) if r.get('end_to_end_us') not in (None, '') else '')
@@ -358,6 +365,10 @@ def sweep_tiles(shape, dtype=torch.bfloat16, interleaved=False, configs=None)->l
 # %% ../nbs/04a_benchmark.ipynb #22dfeecd
 def targets(rows:list, device:str)->list:
     "(target, measured, met) for each of rope_lit's targets, from benchmark `rows`"
+    envs = list(dict.fromkeys(r.get('environment') or '' for r in rows))
+    if len(envs) > 1:   # runs in several environments: each environment's targets, named
+        return [(f"{e}: {t}", m, ok) for e in envs
+                for t, m, ok in targets([r for r in rows if (r.get('environment') or '') == e], device)]
     ratio = lambda r: r['ratio_paired'] if r.get('ratio_paired') else r['ratio_to_floor']   # CPU: round-by-round ratio
     get = lambda shape, pairing, mode, method: next((r for r in rows if r['shape'] == shape and r['pairing'] == pairing
                                                       and r['mode'] == mode and r['method'] == method), None)

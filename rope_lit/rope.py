@@ -318,6 +318,7 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer('cos_cached', torch.empty(0, self.rotary_dim//2), persistent=False)
         self.register_buffer('sin_cached', torch.empty(0, self.rotary_dim//2), persistent=False)
         self.register_buffer('pair_streams', streams, persistent=False)  # (rotary_dim//2,) or None
+        self._one_stream = streams is None        # a plain attribute: read on every call
         self._grid_tables, self._plans, self._fast_rows = {}, {}, {}  # `_forward_cached`
         self.n_builds, self._backends, self.validate_positions = 0, {}, bool(validate_positions)
         if max_seq_len: self._build(max_seq_len)
@@ -480,7 +481,7 @@ def forward(self:RotaryEmbedding,
     grid:tuple|None=None,       # 2-D axial only: (H, W), patches in row-major order, seq = H·W
 )->tuple[Tensor, Tensor]:       # rotated (q, k), same shapes, dtypes and layout
     "Rotate `q` and `k` at their positions"
-    if (positions is None and grid is None and type(offset) is int and self.pair_streams is None
+    if (positions is None and grid is None and type(offset) is int and self._one_stream
             and isinstance(q, Tensor) and isinstance(k, Tensor)
             and not torch.compiler.is_compiling()):
         return self._forward_cached(q, k, offset)  # the common call: checks once per shape
@@ -503,8 +504,9 @@ def _forward_cached(self:RotaryEmbedding, q:Tensor, k:Tensor, offset:int)->tuple
         seq, batch = qb.shape[2], qb.shape[0]
         self.cos_sin(seq, None, offset, batch, q.device, q.dtype)  # device (and offset) checks
         if len(self._plans) >= 256: self._plans.clear()   # bounded: many prefill lengths
-        plan = self._plans[key] = (seq, batch, q.dtype == torch.float64)
-    seq, batch, wide = plan
+        rotate = self._backend_fn(q.device.type)   # resolved once per kind of call too
+        plan = self._plans[key] = (seq, batch, q.dtype == torch.float64, rotate)
+    seq, batch, wide, rotate = plan
     rows = self._fast_rows.get((offset, seq, wide))
     if rows is None:
         with torch.inference_mode(False):     # kept: must not be inference tensors
@@ -512,7 +514,6 @@ def _forward_cached(self:RotaryEmbedding, q:Tensor, k:Tensor, offset:int)->tuple
             else: rows = self.cos_sin(seq, None, offset, batch, q.device, q.dtype)  # or raises
         if len(self._fast_rows) >= 256: self._fast_rows.clear()
         if not wide: self._fast_rows[offset, seq, wide] = rows   # float64 rows: new, not kept
-    rotate = self._backend_fn(q.device.type)
     if self.seq_dim == 2:                     # (batch, heads, seq, head_dim) already: no views
         qr, kr = rotate(q, k, *rows, interleaved=self.interleaved)
         return qr, kr

@@ -15,8 +15,9 @@ from ..kernels import rotary_append
 from .data import PAD, BOS, EOS
 
 # %% auto #0
-__all__ = ['POSITIONS', 'sinusoidal_table', 'FeedForward', 'EncoderLayer', 'DecoderLayer', 'Seq2SeqTransformer',
-           'DecodingWeights', 'IncrementalDecoder', 'greedy_decode', 'beam_search', 'attention_maps']
+__all__ = ['POSITIONS', 'sinusoidal_table', 'dropout_mask', 'FastDropout', 'FeedForward', 'EncoderLayer', 'DecoderLayer',
+           'Seq2SeqTransformer', 'linear_smoothed_ce', 'DecodingWeights', 'IncrementalDecoder', 'greedy_decode',
+           'beam_search', 'attention_maps']
 
 # %% ../../nbs/11_mt_model.ipynb #e76e4b75
 POSITIONS = ('sinusoidal', 'rope', 'rope+cross', 'none', 'hexu')
@@ -33,13 +34,39 @@ def sinusoidal_table(
     pe[:, 0::2], pe[:, 1::2] = torch.sin(pos * inv), torch.cos(pos * inv)
     return pe.float()
 
+# %% ../../nbs/11_mt_model.ipynb #fd0a1b02
+def dropout_mask(
+    shape:tuple,   # shape of the tensor to drop from
+    p:float,       # drop probability, in [0, 1)
+    dtype=torch.float32, device=None,
+)->Tensor:         # 0 where dropped, 65536/(65536 - c) where kept
+    "A dropout mask from 16-bit uniform integers, four per 64-bit draw of torch's generator"
+    n, cut = math.prod(shape), round(p * 65536)
+    draws = torch.empty((n + 3) // 4, dtype=torch.int64, device=device)
+    u = draws.random_(-2**63, 2**63 - 1).view(torch.int16)[:n].view(shape)   # uniform on int16
+    keep = u >= cut - 32768                      # P(keep) = (65536 - c) / 65536
+    return (keep * (65536 / (65536 - cut))).to(dtype)
+
+class FastDropout(nn.Module):
+    "Dropout with `dropout_mask` on the CPU, `F.dropout` elsewhere"
+    def __init__(self, p:float=0.1):
+        super().__init__()
+        if not 0.0 <= p < 1.0: raise ValueError(f"p must be in [0, 1), got {p!r}")
+        self.p = float(p)
+    def forward(self, x:Tensor)->Tensor:
+        if not self.training or self.p == 0.0: return x
+        if x.device.type != 'cpu': return F.dropout(x, self.p, True)
+        return x * dropout_mask(x.shape, self.p, x.dtype, x.device)
+    def extra_repr(self): return f"p={self.p}"
+
+
 # %% ../../nbs/11_mt_model.ipynb #979bbec7
 class FeedForward(nn.Module):
     "Position-wise feed-forward: Linear(d_model, d_ff) → ReLU → dropout → Linear(d_ff, d_model)"
     def __init__(self, d_model:int, d_ff:int, dropout:float=0.1):
         super().__init__()
         self.w1, self.w2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
-        self.drop = nn.Dropout(dropout)
+        self.drop = FastDropout(dropout)
     def forward(self, x:Tensor)->Tensor: return self.w2(self.drop(F.relu(self.w1(x))))
 
 # %% ../../nbs/11_mt_model.ipynb #8525215f
@@ -50,7 +77,7 @@ class EncoderLayer(nn.Module):
         self.self_attn = RotaryMultiHeadAttention(d_model, h, dropout=dropout, **attn_kw)
         self.ff = FeedForward(d_model, d_ff, dropout)
         self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-        self.drop = nn.Dropout(dropout)
+        self.drop = FastDropout(dropout)
         self.weights = None   # attention weights of the last call when `keep_weights` is set
 
     def forward(self, x:Tensor, mask:Tensor, positions:Tensor|None,
@@ -73,7 +100,7 @@ class DecoderLayer(nn.Module):
         self.ff = FeedForward(d_model, d_ff, dropout)
         self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
         self.norm3 = nn.LayerNorm(d_model)
-        self.drop = nn.Dropout(dropout)
+        self.drop = FastDropout(dropout)
         self.weights = None   # (self, cross) attention weights of the last call if `keep_weights`
 
     def forward(self, x:Tensor, memory:Tensor, memory_mask:Tensor,
@@ -121,7 +148,7 @@ class Seq2SeqTransformer(nn.Module):
         self.decoder = nn.ModuleList(DecoderLayer(d_model, h, d_ff, dropout, cross_rope, **kw)
                                      for _ in range(N))
         self.enc_norm, self.dec_norm = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-        self.drop = nn.Dropout(dropout)
+        self.drop = FastDropout(dropout)
         for n, p in self.named_parameters():
             if p.dim() > 1 and not n.startswith('embed'): nn.init.xavier_uniform_(p)
         nn.init.normal_(self.embed.weight, std=d_model ** -0.5)
@@ -163,7 +190,8 @@ def decode(self:Seq2SeqTransformer,
     cache:list|None=None,    # from `new_cache`: `tgt` holds only the new tokens
     start:Tensor|int=0,      # position of `tgt`'s first token: an int or (batch, 1)
     keep_weights:bool=False, # keep every layer's attention weights
-)->Tensor:                   # logits (batch, tgt_len, vocab)
+    project:bool=True,       # False: return the final hidden states, before the projection
+)->Tensor:                   # logits (batch, tgt_len, vocab), or hidden states (batch, tgt_len, d_model)
     "Logits for target ids `tgt` starting at position `start`"
     b, t = tgt.shape
     if isinstance(start, int): last = start + t - 1   # checked on the host: no device sync
@@ -181,17 +209,74 @@ def decode(self:Seq2SeqTransformer,
     for i, layer in enumerate(self.decoder):
         c = None if cache is None else cache[i]
         x = layer(x, memory, memory_mask, pos, mpos, c, keep_weights)
-    return self.dec_norm(x) @ self.embed.weight.T     # the output projection is E
+    h = self.dec_norm(x)
+    return h @ self.embed.weight.T if project else h  # the output projection is E
 
 # %% ../../nbs/11_mt_model.ipynb #27c681fe
 @patch
 def forward(self:Seq2SeqTransformer,
-    src:Tensor,     # (batch, src_len) source ids
-    tgt_in:Tensor,  # (batch, tgt_len) decoder input, `<s>` y_1 ... y_{n-1}
-)->Tensor:          # logits (batch, tgt_len, vocab)
-    "Teacher-forced logits for source `src` and decoder input `tgt_in`"
+    src:Tensor,                 # (batch, src_len) source ids
+    tgt_in:Tensor,              # (batch, tgt_len) decoder input, `<s>` y_1 ... y_{n-1}
+    tgt_out:Tensor|None=None,   # (batch, tgt_len) targets y_1 ... </s>: return the loss instead
+    label_smoothing:float=0.0,  # ε of the loss (with `tgt_out`)
+)->Tensor:   # logits (batch, tgt_len, vocab); with `tgt_out` the summed label-smoothed loss
+    "Teacher-forced logits for `src` and decoder input `tgt_in`, or (with `tgt_out`) their loss"
     memory, mask = self.encode(src)
-    return self.decode(tgt_in, memory, mask)
+    if tgt_out is None: return self.decode(tgt_in, memory, mask)
+    if tgt_out.shape != tgt_in.shape:
+        raise ValueError(f"tgt_out must have tgt_in's shape {tuple(tgt_in.shape)}, "
+                         f"got {tuple(tgt_out.shape)}")
+    h = self.decode(tgt_in, memory, mask, project=False)
+    return linear_smoothed_ce(h.flatten(0, 1), self.embed.weight, tgt_out.flatten(),
+                              label_smoothing)
+
+
+# %% ../../nbs/11_mt_model.ipynb #fd0a1b06
+class _LinearSmoothedCE(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, h, w, target, eps, ignore_index, chunk, need_grad):
+        V = w.shape[0]
+        total = torch.zeros((), dtype=torch.float32, device=h.device)
+        grad_h = torch.empty_like(h) if need_grad else None
+        grad_w = torch.zeros_like(w) if need_grad else None
+        for s in range(0, h.shape[0], chunk):
+            hc, t = h[s:s + chunk], target[s:s + chunk]
+            z = (hc @ w.T).float()                        # (chunk, V) logits
+            lse = torch.logsumexp(z, -1)
+            keep = (t != ignore_index).float()
+            nll = lse - z.gather(1, t[:, None])[:, 0]     # −log p_y
+            uniform = lse - z.mean(-1)                    # mean over the vocabulary of −log p_j
+            total += ((1 - eps) * nll + eps * uniform) @ keep
+            if need_grad:                                 # ∂ℓ/∂z = softmax − (1−ε)·onehot − ε/V
+                z.sub_(lse[:, None]).exp_().sub_(eps / V)
+                z.scatter_add_(1, t[:, None], z.new_full((len(t), 1), eps - 1))
+                z.mul_(keep[:, None])
+                torch.mm(z.to(h.dtype), w, out=grad_h[s:s + chunk])
+                grad_w.addmm_(z.T.to(w.dtype), hc)
+        if need_grad: ctx.save_for_backward(grad_h, grad_w)
+        return total
+
+    @staticmethod
+    def backward(ctx, g):
+        grad_h, grad_w = ctx.saved_tensors
+        return grad_h * g, grad_w * g, None, None, None, None, None
+
+def linear_smoothed_ce(
+    h:Tensor,                   # (tokens, d) hidden states
+    w:Tensor,                   # (vocab, d) output projection: logits = h wᵀ
+    target:Tensor,              # (tokens,) ids; `ignore_index` where there is no token
+    smoothing:float=0.0,        # label smoothing ε
+    ignore_index:int=PAD,       # targets that add nothing to the loss
+    chunk:int|None=None,        # rows per chunk (default: about 4 MB of float32 logits)
+)->Tensor:                      # scalar: the summed loss, as `F.cross_entropy(..., reduction='sum')`
+    "Label-smoothed cross-entropy of h wᵀ summed over the targets, without storing the logits"
+    if h.ndim != 2 or w.ndim != 2 or h.shape[1] != w.shape[1] or target.shape != h.shape[:1]:
+        raise ValueError(f"h (tokens, d), w (vocab, d) and target (tokens,) must fit together, got "
+                         f"{tuple(h.shape)}, {tuple(w.shape)}, {tuple(target.shape)}")
+    chunk = chunk or max(16, (1 << 20) // w.shape[0])
+    need_grad = torch.is_grad_enabled() and (h.requires_grad or w.requires_grad)
+    return _LinearSmoothedCE.apply(h, w, target, float(smoothing), ignore_index, chunk, need_grad)
+
 
 # %% ../../nbs/11_mt_model.ipynb #f973cafc
 def _decode_weights(model:Seq2SeqTransformer, dtype:torch.dtype)->tuple[list[dict], dict]:

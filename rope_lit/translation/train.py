@@ -22,11 +22,11 @@ try: from tqdm.auto import tqdm
 except ImportError: tqdm = None
 
 # %% auto #0
-__all__ = ['PRESETS', 'EXAMPLE_DE', 'EXAMPLE_EN', 'RUN_LENGTH_FIELDS', 'RUN_FILES', 'TranslationConfig', 'make_config',
-           'smoothed_loss', 'noam_lr', 'make_optimizer', 'load_splits', 'atomic_save', 'rng_state', 'set_rng_state',
-           'translate', 'score', 'train_step', 'check_device', 'read_checkpoint', 'read_tokenizer', 'read_config',
-           'hardware', 'eval_loss', 'load_model', 'example_attention', 'evaluate', 'run_files', 'RunDirInUse',
-           'NonFiniteLoss', 'TrainingInterrupted', 'train']
+__all__ = ['PRESETS', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', 'EXAMPLE_DE', 'EXAMPLE_EN', 'RUN_LENGTH_FIELDS', 'RUN_FILES',
+           'TranslationConfig', 'make_config', 'smoothed_loss', 'noam_lr', 'make_optimizer', 'load_splits',
+           'atomic_save', 'rng_state', 'set_rng_state', 'translate', 'score', 'train_step', 'tune_cpu_malloc',
+           'check_device', 'read_checkpoint', 'read_tokenizer', 'read_config', 'hardware', 'eval_loss', 'load_model',
+           'example_attention', 'evaluate', 'run_files', 'RunDirInUse', 'NonFiniteLoss', 'TrainingInterrupted', 'train']
 
 # %% ../../nbs/12_mt_train.ipynb #eea537c6
 @dataclass
@@ -96,10 +96,10 @@ def noam_lr(step:int, d_model:int, warmup:int, factor:float=1.0)->float:
     return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
 
 def make_optimizer(model, cfg:TranslationConfig):
-    "Adam(0.9, 0.98, 1e-9) and a `LambdaLR` following `noam_lr`"
-    fused = cfg.device != 'cpu' and torch.cuda.is_available()
-    kw = dict(fused=True) if fused else dict(foreach=True)
-    opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, **kw)
+    "Adam(0.9, 0.98, 1e-9), fused into one kernel where torch has one, and a `LambdaLR` following `noam_lr`"
+    adam = lambda **kw: torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, **kw)
+    try: opt = adam(fused=True)      # CPU and CUDA: one kernel for all parameters
+    except RuntimeError: opt = adam(foreach=True)   # a device without the fused kernel
     lr = lambda s: noam_lr(s + 1, cfg.d_model, cfg.warmup, cfg.lr_factor)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr)
     return opt, sched
@@ -204,12 +204,31 @@ def train_step(
         sync = j == len(data) - 1 or world == 1
         ctx = net.no_sync() if not sync else contextlib.nullcontext()
         with ctx:
-            with torch.autocast(**amp): logits = fwd(src, tgt[:, :-1])    # reads <s> y_1 ...
-            loss = smoothed_loss(logits, tgt[:, 1:], cfg.label_smoothing)   # predicts y_1 ... </s>
+            if amp['enabled']:                # reads <s> y_1 ..., predicts y_1 ... </s>
+                with torch.autocast(**amp): logits = fwd(src, tgt[:, :-1])
+                loss = smoothed_loss(logits, tgt[:, 1:], cfg.label_smoothing)
+            else: loss = fwd(src, tgt[:, :-1], tgt[:, 1:], cfg.label_smoothing)  # fused head
             (loss / n_tgt).backward()
         loss_sum = loss_sum + loss.detach()   # no .item() here: no GPU sync per micro-batch
     opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
     return loss_sum, n_tgt, step_tok
+
+# %% ../../nbs/12_mt_train.ipynb #c9a11002
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3   # mallopt's parameter numbers (glibc's malloc.h)
+
+def tune_cpu_malloc(
+    mmap_threshold:int=256 << 20,       # blocks from this size get their own pages (glibc: 128 KiB+)
+    trim_threshold:int=(1 << 31) - 1,   # free memory kept at the heap's top (glibc: 128 KiB+)
+)->bool:                                # whether glibc took both settings
+    "Let glibc's malloc keep freed memory for reuse instead of returning it to the kernel"
+    if os.environ.get('GLIBC_TUNABLES') or platform.system() != 'Linux': return False
+    import ctypes, ctypes.util
+    try: libc = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6')
+    except OSError: return False
+    if not hasattr(libc, 'mallopt'): return False
+    return (libc.mallopt(M_MMAP_THRESHOLD, mmap_threshold) == 1
+            and libc.mallopt(M_TRIM_THRESHOLD, trim_threshold) == 1)
+
 
 # %% ../../nbs/12_mt_train.ipynb #5de005f0
 def check_device(name:str)->torch.device:
@@ -384,6 +403,7 @@ def train(
     elif run_files(run_dir) and not overwrite: raise RunDirInUse(run_dir, run_files(run_dir))
     if cfg.threads: torch.set_num_threads(cfg.threads)
     device = _device(cfg)
+    if device.type == 'cpu': tune_cpu_malloc()
     if device.type == 'cuda': torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     if world > 1 and not dist.is_initialized():
         if device.type == 'cuda': device = torch.device('cuda', int(os.environ.get('LOCAL_RANK', 0))); torch.cuda.set_device(device)
