@@ -131,8 +131,9 @@ def _parser():
 
 # %% ../nbs/04b_bench_cli.ipynb #fbd51288
 def cpu_environment()->str:
-    "'glibc' if this process started with GLIBC_TUNABLES=`CPU_TUNABLES`, else 'default'"
-    return 'glibc' if os.environ.get('GLIBC_TUNABLES') == CPU_TUNABLES else 'default'
+    "This process's allocator setting: 'default' (GLIBC_TUNABLES unset), 'glibc' (`CPU_TUNABLES`) or 'custom'"
+    tunables = os.environ.get('GLIBC_TUNABLES')
+    return 'default' if not tunables else 'glibc' if tunables == CPU_TUNABLES else 'custom'
 
 # %% ../nbs/04b_bench_cli.ipynb #12ba2d70
 def _child_argv(args, out)->list:

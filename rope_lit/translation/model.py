@@ -37,25 +37,29 @@ def sinusoidal_table(
 # %% ../../nbs/11_mt_model.ipynb #fd0a1b02
 def dropout_mask(
     shape:tuple,   # shape of the tensor to drop from
-    p:float,       # drop probability, in [0, 1)
+    p:float,       # drop probability, in [0, 1]
     dtype=torch.float32, device=None,
 )->Tensor:         # 0 where dropped, 65536/(65536 - c) where kept
     "A dropout mask from 16-bit uniform integers, four per 64-bit draw of torch's generator"
     n, cut = math.prod(shape), round(p * 65536)
+    if cut >= 65536: return torch.zeros(shape, dtype=dtype, device=device)   # p = 1: all dropped
     draws = torch.empty((n + 3) // 4, dtype=torch.int64, device=device)
     u = draws.random_(-2**63, 2**63 - 1).view(torch.int16)[:n].view(shape)   # uniform on int16
     keep = u >= cut - 32768                      # P(keep) = (65536 - c) / 65536
-    return (keep * (65536 / (65536 - cut))).to(dtype)
+    scale = 65536 / (65536 - cut)
+    if dtype == torch.float32: return keep * scale  # one pass: bool × float → float32
+    return keep.to(dtype) * scale                   # the scale rounded in `dtype`
 
 class FastDropout(nn.Module):
-    "Dropout with `dropout_mask` on the CPU, `F.dropout` elsewhere"
+    "Dropout with `dropout_mask` on the CPU, `F.dropout` elsewhere and under `torch.compile`"
     def __init__(self, p:float=0.1):
         super().__init__()
-        if not 0.0 <= p < 1.0: raise ValueError(f"p must be in [0, 1), got {p!r}")
+        if not 0.0 <= p <= 1.0: raise ValueError(f"p must be in [0, 1], got {p!r}")
         self.p = float(p)
     def forward(self, x:Tensor)->Tensor:
         if not self.training or self.p == 0.0: return x
-        if x.device.type != 'cpu': return F.dropout(x, self.p, True)
+        if x.device.type != 'cpu' or torch.compiler.is_compiling():   # compiled: no graph break
+            return F.dropout(x, self.p, True)
         return x * dropout_mask(x.shape, self.p, x.dtype, x.device)
     def extra_repr(self): return f"p={self.p}"
 
@@ -227,6 +231,9 @@ def forward(self:Seq2SeqTransformer,
         raise ValueError(f"tgt_out must have tgt_in's shape {tuple(tgt_in.shape)}, "
                          f"got {tuple(tgt_out.shape)}")
     h = self.decode(tgt_in, memory, mask, project=False)
+    if torch.compiler.is_compiling():   # traced: the plain loss (no data-dependent chunk loop)
+        return F.cross_entropy((h @ self.embed.weight.T).float().flatten(0, 1), tgt_out.flatten(),
+                               ignore_index=PAD, label_smoothing=label_smoothing, reduction='sum')
     return linear_smoothed_ce(h.flatten(0, 1), self.embed.weight, tgt_out.flatten(),
                               label_smoothing)
 
@@ -235,44 +242,53 @@ def forward(self:Seq2SeqTransformer,
 class _LinearSmoothedCE(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h, w, target, eps, ignore_index, chunk, need_grad):
-        V = w.shape[0]
-        total = torch.zeros((), dtype=torch.float32, device=h.device)
-        grad_h = torch.empty_like(h) if need_grad else None
-        grad_w = torch.zeros_like(w) if need_grad else None
+        V, work = w.shape[0], torch.promote_types(h.dtype, torch.float32)  # float32, or float64
+        want_h = need_grad and ctx.needs_input_grad[0]
+        want_w = need_grad and ctx.needs_input_grad[1]
+        total = torch.zeros((), dtype=work, device=h.device)
+        grad_h = torch.empty_like(h) if want_h else None
+        grad_w = torch.zeros(w.shape, dtype=work, device=w.device) if want_w else None
         for s in range(0, h.shape[0], chunk):
             hc, t = h[s:s + chunk], target[s:s + chunk]
-            z = (hc @ w.T).float()                        # (chunk, V) logits
+            keep = t != ignore_index
+            t = t.masked_fill(~keep, 0)                   # any ignore_index, even outside [0, V)
+            keep = keep.to(work)
+            z = (hc @ w.T).to(work)                       # (chunk, V) logits
             lse = torch.logsumexp(z, -1)
-            keep = (t != ignore_index).float()
             nll = lse - z.gather(1, t[:, None])[:, 0]     # −log p_y
             uniform = lse - z.mean(-1)                    # mean over the vocabulary of −log p_j
             total += ((1 - eps) * nll + eps * uniform) @ keep
-            if need_grad:                                 # ∂ℓ/∂z = softmax − (1−ε)·onehot − ε/V
+            if want_h or want_w:                          # ∂ℓ/∂z = softmax − (1−ε)·onehot − ε/V
                 z.sub_(lse[:, None]).exp_().sub_(eps / V)
                 z.scatter_add_(1, t[:, None], z.new_full((len(t), 1), eps - 1))
                 z.mul_(keep[:, None])
-                torch.mm(z.to(h.dtype), w, out=grad_h[s:s + chunk])
-                grad_w.addmm_(z.T.to(w.dtype), hc)
-        if need_grad: ctx.save_for_backward(grad_h, grad_w)
+                if want_h: torch.mm(z.to(h.dtype), w, out=grad_h[s:s + chunk])
+                if want_w: grad_w.addmm_(z.T, hc.to(work))
+        ctx.save_for_backward(grad_h, None if grad_w is None else grad_w.to(w.dtype))
         return total
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx, g):
         grad_h, grad_w = ctx.saved_tensors
-        return grad_h * g, grad_w * g, None, None, None, None, None
+        return (None if grad_h is None else grad_h * g, None if grad_w is None else grad_w * g,
+                None, None, None, None, None)
 
 def linear_smoothed_ce(
     h:Tensor,                   # (tokens, d) hidden states
     w:Tensor,                   # (vocab, d) output projection: logits = h wᵀ
     target:Tensor,              # (tokens,) ids; `ignore_index` where there is no token
-    smoothing:float=0.0,        # label smoothing ε
+    smoothing:float=0.0,        # label smoothing ε, in [0, 1]
     ignore_index:int=PAD,       # targets that add nothing to the loss
     chunk:int|None=None,        # rows per chunk (default: about 4 MB of float32 logits)
-)->Tensor:                      # scalar: the summed loss, as `F.cross_entropy(..., reduction='sum')`
+)->Tensor:                      # scalar (float32, or float64): as `F.cross_entropy(..., reduction='sum')`
     "Label-smoothed cross-entropy of h wᵀ summed over the targets, without storing the logits"
     if h.ndim != 2 or w.ndim != 2 or h.shape[1] != w.shape[1] or target.shape != h.shape[:1]:
         raise ValueError(f"h (tokens, d), w (vocab, d) and target (tokens,) must fit together, got "
                          f"{tuple(h.shape)}, {tuple(w.shape)}, {tuple(target.shape)}")
+    if not 0.0 <= smoothing <= 1.0: raise ValueError(f"smoothing must be in [0, 1], got {smoothing!r}")
+    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
+        raise ValueError(f"chunk must be a positive int or None, got {chunk!r}")
     chunk = chunk or max(16, (1 << 20) // w.shape[0])
     need_grad = torch.is_grad_enabled() and (h.requires_grad or w.requires_grad)
     return _LinearSmoothedCE.apply(h, w, target, float(smoothing), ignore_index, chunk, need_grad)

@@ -23,10 +23,11 @@ except ImportError: tqdm = None
 
 # %% auto #0
 __all__ = ['PRESETS', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', 'EXAMPLE_DE', 'EXAMPLE_EN', 'RUN_LENGTH_FIELDS', 'RUN_FILES',
-           'TranslationConfig', 'make_config', 'smoothed_loss', 'noam_lr', 'make_optimizer', 'load_splits',
-           'atomic_save', 'rng_state', 'set_rng_state', 'translate', 'score', 'train_step', 'tune_cpu_malloc',
-           'check_device', 'read_checkpoint', 'read_tokenizer', 'read_config', 'hardware', 'eval_loss', 'load_model',
-           'example_attention', 'evaluate', 'run_files', 'RunDirInUse', 'NonFiniteLoss', 'TrainingInterrupted', 'train']
+           'TranslationConfig', 'make_config', 'smoothed_loss', 'noam_lr', 'make_optimizer', 'load_optimizer_state',
+           'load_splits', 'atomic_save', 'rng_state', 'set_rng_state', 'translate', 'score', 'train_step',
+           'tune_cpu_malloc', 'check_device', 'read_checkpoint', 'read_tokenizer', 'read_config', 'hardware',
+           'eval_loss', 'load_model', 'example_attention', 'evaluate', 'run_files', 'RunDirInUse', 'NonFiniteLoss',
+           'TrainingInterrupted', 'train']
 
 # %% ../../nbs/12_mt_train.ipynb #eea537c6
 @dataclass
@@ -96,13 +97,20 @@ def noam_lr(step:int, d_model:int, warmup:int, factor:float=1.0)->float:
     return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
 
 def make_optimizer(model, cfg:TranslationConfig):
-    "Adam(0.9, 0.98, 1e-9), fused into one kernel where torch has one, and a `LambdaLR` following `noam_lr`"
-    adam = lambda **kw: torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, **kw)
-    try: opt = adam(fused=True)      # CPU and CUDA: one kernel for all parameters
-    except RuntimeError: opt = adam(foreach=True)   # a device without the fused kernel
+    "Adam(0.9, 0.98, 1e-9), fused into one kernel on CPU and CUDA, and a `LambdaLR` following `noam_lr`"
+    params = list(model.parameters())
+    fused = all(p.device.type in ('cpu', 'cuda') and p.is_floating_point() for p in params)
+    kw = dict(fused=True) if fused else dict(foreach=True)   # foreach: other devices
+    opt = torch.optim.Adam(params, lr=1.0, betas=(0.9, 0.98), eps=1e-9, **kw)
     lr = lambda s: noam_lr(s + 1, cfg.d_model, cfg.warmup, cfg.lr_factor)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr)
     return opt, sched
+
+def load_optimizer_state(opt, state:dict):
+    "`opt.load_state_dict(state)`, keeping `opt`'s own fused/foreach choice (a checkpoint carries its own)"
+    kept = [(g.get('fused'), g.get('foreach')) for g in opt.param_groups]
+    opt.load_state_dict(state)
+    for g, (fused, foreach) in zip(opt.param_groups, kept): g['fused'], g['foreach'] = fused, foreach
 
 # %% ../../nbs/12_mt_train.ipynb #d82c033f
 def load_splits(cfg:TranslationConfig)->dict[str,list[tuple[str,str]]]:
@@ -204,10 +212,11 @@ def train_step(
         sync = j == len(data) - 1 or world == 1
         ctx = net.no_sync() if not sync else contextlib.nullcontext()
         with ctx:
-            if amp['enabled']:                # reads <s> y_1 ..., predicts y_1 ... </s>
+            if device.type == 'cpu':          # reads <s> y_1 ..., predicts y_1 ... </s>
+                loss = fwd(src, tgt[:, :-1], tgt[:, 1:], cfg.label_smoothing)  # fused head
+            else:
                 with torch.autocast(**amp): logits = fwd(src, tgt[:, :-1])
                 loss = smoothed_loss(logits, tgt[:, 1:], cfg.label_smoothing)
-            else: loss = fwd(src, tgt[:, :-1], tgt[:, 1:], cfg.label_smoothing)  # fused head
             (loss / n_tgt).backward()
         loss_sum = loss_sum + loss.detach()   # no .item() here: no GPU sync per micro-batch
     opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
@@ -221,13 +230,17 @@ def tune_cpu_malloc(
     trim_threshold:int=(1 << 31) - 1,   # free memory kept at the heap's top (glibc: 128 KiB+)
 )->bool:                                # whether glibc took both settings
     "Let glibc's malloc keep freed memory for reuse instead of returning it to the kernel"
+    for name, v in (('mmap_threshold', mmap_threshold), ('trim_threshold', trim_threshold)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 2**31:
+            raise ValueError(f"{name} must be an int in [1, 2**31), got {v!r}")
     if os.environ.get('GLIBC_TUNABLES') or platform.system() != 'Linux': return False
-    import ctypes, ctypes.util
-    try: libc = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6')
-    except OSError: return False
-    if not hasattr(libc, 'mallopt'): return False
-    return (libc.mallopt(M_MMAP_THRESHOLD, mmap_threshold) == 1
-            and libc.mallopt(M_TRIM_THRESHOLD, trim_threshold) == 1)
+    import ctypes
+    mallopt = getattr(ctypes.CDLL(None), 'mallopt', None)   # the C library this process runs on
+    if mallopt is None: return False
+    mmap_ok = mallopt(M_MMAP_THRESHOLD, mmap_threshold) == 1
+    if not mmap_ok: mmap_ok = mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1   # older glibc: at most 32 MiB
+    trim_ok = mallopt(M_TRIM_THRESHOLD, trim_threshold) == 1
+    return mmap_ok and trim_ok
 
 
 # %% ../../nbs/12_mt_train.ipynb #5de005f0
@@ -431,7 +444,7 @@ def train(
     st = dict(epoch=0, batch=0, step=0, tokens=0, train_seconds=0.0)
     if resume:
         ck = read_checkpoint(ck_path, map_location=device)
-        model.load_state_dict(ck['model']); opt.load_state_dict(ck['optimizer']); sched.load_state_dict(ck['scheduler'])
+        model.load_state_dict(ck['model']); load_optimizer_state(opt, ck['optimizer']); sched.load_state_dict(ck['scheduler'])
         st = ck['state']; set_rng_state(ck['rng'][rank] if isinstance(ck['rng'], list) else ck['rng'])
         if main: print(f"resuming from step {st['step']} (epoch {st['epoch'] + 1})", file=sys.stderr, flush=True)
     net = model

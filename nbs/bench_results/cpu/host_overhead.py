@@ -40,9 +40,16 @@ def _args(argv=None):
                     'host_overhead.csv and DIR/host_overhead_meta.json')
     ap.add_argument('--csv', help='one environment: write the CSV here (default: stdout)')
     ap.add_argument('--meta', help='one environment: write the run description (JSON) here')
-    ap.add_argument('--rounds', type=int, default=31, help='paired rounds per case (default 31)')
-    ap.add_argument('--loop-ms', type=float, default=3.0, help="the module's loop length per round (default 3)")
-    ap.add_argument('--seqs', type=int, nargs='+', default=SWEEP_SEQS, help='seq lengths of the sweep')
+    def at_least(low, kind=int):
+        def parse(text):
+            try: v = kind(text)
+            except ValueError: raise argparse.ArgumentTypeError(f"expected a number >= {low}, got {text!r}")
+            if v < low: raise argparse.ArgumentTypeError(f"expected a number >= {low}, got {text!r}")
+            return v
+        return parse
+    ap.add_argument('--rounds', type=at_least(2), default=31, help='paired rounds per case, >= 2 (default 31)')
+    ap.add_argument('--loop-ms', type=at_least(0.1, float), default=3.0, help="the module's loop length per round (default 3)")
+    ap.add_argument('--seqs', type=at_least(1), nargs='+', default=SWEEP_SEQS, help='seq lengths of the sweep')
     return ap.parse_args(argv)
 
 
