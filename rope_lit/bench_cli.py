@@ -118,7 +118,7 @@ def _parser():
         default=None,
         help="CPU: run once per environment, each in a fresh process, and merge the rows into one "
              "results.csv: 'default' (GLIBC_TUNABLES unset), 'glibc' (GLIBC_TUNABLES set to "
-             "CPU_TUNABLES) (default: the environment this process started with)",
+             "CPU_TUNABLES) (if omitted: this process's own environment)",
     )
     ap.add_argument(
         '--sweep',

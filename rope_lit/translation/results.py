@@ -139,13 +139,13 @@ def speed_table(vs:dict, kind:str='train')->str:
     "Markdown table of an interleaved measurement: ours against the Annotated Transformer (AT) or the floors"
     kinds = ('train', 'train_floor', 'decode', 'decode_floor')
     if kind not in kinds: raise ValueError(f"kind must be one of {kinds}, got {kind!r}")
-    head = {'train': ['AT, reference (tok/s)', 'AT, this run (tok/s)', 'ours (tok/s)', 'ours / AT'],
+    head = {'train': ['AT own code, EPYC (tok/s)', 'AT, this run (tok/s)', 'ours (tok/s)', 'ours / AT'],
             'train_floor': ['ours (s/step)', 'in matrix products (s/step)', 'step / matrix products',
                             'target ≤ 1.3×'],
-            'decode': ['AT, reference (s)', 'AT, this run (s)', 'ours, cached (s)', 'AT / ours',
+            'decode': ['AT own code, EPYC (s)', 'AT, this run (s)', 'ours, cached (s)', 'AT / ours',
                        'ours, uncached (s)', 'uncached / cached'],
             'decode_floor': ['weight floor (s)', 'ours (s)', 'ours / floor', 'target ≤ 1.2×',
-                             'bf16: floor (s)', 'ours (s)', 'ours / floor']}[kind]
+                             'bf16: floor (s)', 'bf16: ours (s)', 'bf16: ours / floor']}[kind]
     rows = ['| size | ' + ' | '.join(head) + ' |', '|---' * (len(head) + 1) + '|']
     met = lambda x, limit: 'met' if x <= limit else 'missed'
     for k in ('small', 'base'):

@@ -226,8 +226,8 @@ def train_step(
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3   # mallopt's parameter numbers (glibc's malloc.h)
 
 def tune_cpu_malloc(
-    mmap_threshold:int=256 << 20,       # blocks from this size get their own pages (glibc: 128 KiB+)
-    trim_threshold:int=(1 << 31) - 1,   # free memory kept at the heap's top (glibc: 128 KiB+)
+    mmap_threshold:int=256 << 20,       # blocks this big get their own pages (glibc: 128 KiB, raised)
+    trim_threshold:int=(1 << 31) - 1,   # free memory kept at the heap's top (glibc: 128 KiB, raised)
 )->bool:                                # whether glibc took both settings
     "Let glibc's malloc keep freed memory for reuse instead of returning it to the kernel"
     for name, v in (('mmap_threshold', mmap_threshold), ('trim_threshold', trim_threshold)):
