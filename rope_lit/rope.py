@@ -354,6 +354,22 @@ def extra_repr(self:RotaryEmbedding):
             + (f", mrope_section={self.mrope_section}, mrope_interleaved={self.mrope_interleaved}" if self.mrope_section else "")
             + (", axial_2d=True" if self.axial_2d else ""))
 
+# %% ../nbs/02_rope.ipynb #b7c2e4a1
+def _get_backend(self): return self._backend
+def _set_backend(self, name):
+    if not isinstance(name, str): raise TypeError(f"backend must be a str, got {type(name).__name__}")
+    self._backend, self._backends, self._plans = name, {}, {}   # resolved again on the next call
+RotaryEmbedding.backend = property(_get_backend, _set_backend,
+                                   doc="The backend's name; a new one takes effect on the next call")
+
+@patch
+def __setstate__(self:RotaryEmbedding, state:dict):
+    "Unpickle, also a module pickled by an older rope_lit (attributes added since get their defaults)"
+    if 'backend' in state: state['_backend'] = state.pop('backend')
+    nn.Module.__setstate__(self, state)
+    for k in ('_grid_tables', '_plans', '_fast_rows', '_backends'): self.__dict__.setdefault(k, {})
+    self.__dict__.setdefault('_one_stream', self._buffers.get('pair_streams') is None)
+
 # %% ../nbs/02_rope.ipynb #ee93b904
 @patch
 def _rows(self:RotaryEmbedding, offset:int, seq:int)->tuple[Tensor, Tensor]:
