@@ -18,6 +18,8 @@ import rope_lit
 import torch
 from torch import Tensor
 from .rope import rotary_qk as rotary_qk_eager, _complex_viewable, _rotate_complex
+from .rope import rotary_cos_sin
+from .frequencies import rope_frequencies
 try:
     import triton
     import triton.language as tl
@@ -588,8 +590,17 @@ def _check_append(q, k, v, k_cache, v_cache, cos, sin, positions, offset)->tuple
         if offset.is_floating_point() or offset.dtype == torch.bool or offset.numel() != B:
             raise ValueError(f"offset must be an int or an integer tensor (batch,) = ({B},)")
         offsets, shift, first = offset, 0, offset.reshape(B).to('cpu', torch.long)  # a host read
-    else:
+    else:                             # an int: the same checks in plain Python, no tensors
         offsets, shift = None, operator.index(offset)
+        if shift < 0 or shift + S > L:
+            raise IndexError(f"offset {shift} of batch row 0: slots {shift}..{shift + S - 1} are "
+                             f"outside the cache of max_len {L}")
+        if cos.dim() == 3: return offsets, shift
+        if positions is None:
+            if shift + S > cos.shape[0]:
+                raise IndexError(f"position {max(shift, cos.shape[0])} (after offsets) is outside "
+                                 f"the cos/sin table of {cos.shape[0]} rows")
+            return offsets, shift
         first = torch.full((B,), shift, dtype=torch.long)
     bad = ((first < 0) | (first + S > L)).nonzero()
     if len(bad):
@@ -811,7 +822,6 @@ def bench_append(
     threads:int|None=1,   # torch threads while timing (None: as set)
 ):                        # a DataFrame: median µs per call of each method, per shape
     "Time rotate-and-append (native kernel) against rotate (native kernel) then copy, on CPU"
-    import pandas as pd
     saved = torch.get_num_threads()
     if threads: torch.set_num_threads(threads)
     try: return _bench_append(shapes, heads_q, heads_kv, head_dim, max_len, rounds, calls)
@@ -835,9 +845,7 @@ def _bench_append(shapes, heads_q, heads_kv, head_dim, max_len, rounds, calls):
         q = torch.randn(B, heads_q, S, head_dim, generator=g)
         k, v = (torch.randn(B, heads_kv, S, head_dim, generator=g) for _ in range(2))
         kc, vc = (torch.zeros(B, heads_kv, max_len, head_dim) for _ in range(2))
-        inv_freq = 10000.0 ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
-        angles = (torch.arange(max_len, dtype=torch.float64)[:, None] * inv_freq).float()
-        c, s = angles.cos(), angles.sin()
+        c, s = rotary_cos_sin(torch.arange(max_len), rope_frequencies(head_dim, dtype=torch.float64))
         per_row = torch.randint(0, max_len - S + 1, (B,), generator=g)
         methods = {('one for the batch', 'rotate-and-append'):
                        lambda: rotary_append_native(q, k, v, kc, vc, c, s, max_len // 2),

@@ -47,7 +47,7 @@ def dropout_mask(
     u = draws.random_(-2**63, 2**63 - 1).view(torch.int16)[:n].view(shape)   # uniform on int16
     keep = u >= cut - 32768                      # P(keep) = (65536 - c) / 65536
     scale = 65536 / (65536 - cut)
-    if dtype == torch.float32: return keep * scale  # one pass: bool × float → float32
+    if dtype == torch.get_default_dtype(): return keep * scale  # one pass: bool × float
     return keep.to(dtype) * scale                   # the scale rounded in `dtype`
 
 class FastDropout(nn.Module):
@@ -401,7 +401,7 @@ def step(self:IncrementalDecoder,
     fin = self.final
     x = F.embedding(tokens[:, None], fin['embed']) * math.sqrt(self.model.d_model)
     if fin['pe'] is not None: x = x + fin['pe'][t]          # sinusoidal: row t of the table
-    d = (self.model.d_model,)
+    d, rows = (self.model.d_model,), None
     for layer, w, (ck, cv), kv in zip(self.model.decoder, self.layers, self.cross, self.kv):
         (n1, n2, n3) = w['norms']
         qkv = F.linear(F.layer_norm(x, d, *n1), *w['qkv']).to(self.work)      # fused W_q, W_k, W_v
@@ -409,8 +409,9 @@ def step(self:IncrementalDecoder,
         q, k = qkv[0], qkv[1]
         rot = layer.self_attn.rotary
         if rot is not None:   # RoPE at position t, and k, v stored in slot t: one pass
-            cos, sin = rot.cos_sin(t + 1, device=q.device, dtype=q.dtype)   # rows 0 .. t
-            q = rotary_append(q, k, qkv[2], kv[0], kv[1], cos, sin, t,
+            if rows is None:  # rows 0 .. t, once per step: every layer has the same frequencies
+                rows = rot.cos_sin(t + 1, device=q.device, dtype=q.dtype)
+            q = rotary_append(q, k, qkv[2], kv[0], kv[1], *rows, t,
                               interleaved=rot.interleaved, backend=rot._backend_fn(q.device.type))
         else: kv[0, :, :, t:t+1] = k; kv[1, :, :, t:t+1] = qkv[2]
         a = _attend_one(q, kv[0, :, :, :t+1], kv[1, :, :, :t+1], None)   # all keys so far

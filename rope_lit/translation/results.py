@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from .data import PAD, BOS, EOS
 from .model import Seq2SeqTransformer, DecodingWeights, greedy_decode
-from .train import make_config, make_optimizer, smoothed_loss, train_step, tune_cpu_malloc
+from .train import make_config, make_optimizer, train_step, tune_cpu_malloc
 import torch.nn.functional as F
 
 # %% auto #0

@@ -413,7 +413,7 @@ def train(
         bad = set(overrides) - set(RUN_LENGTH_FIELDS)
         if bad: raise ValueError(f"on resume only {RUN_LENGTH_FIELDS} may change, got {sorted(bad)}")
         cfg = dataclasses.replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
-    elif run_files(run_dir) and not overwrite: raise RunDirInUse(run_dir, run_files(run_dir))
+    elif not overwrite and (names := run_files(run_dir)): raise RunDirInUse(run_dir, names)
     if cfg.threads: torch.set_num_threads(cfg.threads)
     device = _device(cfg)
     if device.type == 'cpu': tune_cpu_malloc()
@@ -464,7 +464,7 @@ def train(
                                 "smaller learning-rate factor or a longer warm-up")
 
     def save():
-        diverged('weights', all(bool(torch.isfinite(p).all()) for p in model.parameters()))
+        diverged('weights', bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all()))  # one read
         rngs = [None] * world
         if world > 1: dist.all_gather_object(rngs, rng_state())
         else: rngs = [rng_state()]

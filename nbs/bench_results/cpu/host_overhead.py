@@ -13,8 +13,8 @@ rounds and the median (and quartiles) over the rounds of the differences taken w
 module - kernel and kernel - floor. Cases: the target shapes (1, 8, 512, 64) and (32, 32, 1, 128), both
 pairings, fwd and fwd+bwd; and a sweep (1, 8, seq, 64), split halves, fwd, for seq in `--seqs`.
 
-The environment is the one the process started with: 'glibc' when GLIBC_TUNABLES equals
-`rope_lit.bench_cli.CPU_TUNABLES`, else 'default' (glibc reads GLIBC_TUNABLES only at start-up).
+The environment is the one the process started with, as `rope_lit.bench_cli.cpu_environment` names it: 'default'
+(GLIBC_TUNABLES unset), 'glibc' (`CPU_TUNABLES`) or 'custom' (glibc reads GLIBC_TUNABLES only at start-up).
 
 Usage, from the folder `nbs/` of the repository (ROOT, here `..`, is the folder that holds the `rope_lit` to time):
   python bench_results/cpu/host_overhead.py .. --both bench_results/cpu
@@ -120,8 +120,8 @@ def _case(shape, interleaved, mode, rounds, loop_ms):
 def measure(rounds=31, loop_ms=3.0, seqs=SWEEP_SEQS):
     "Rows of the CSV for this process's environment"
     import torch
-    from rope_lit.bench_cli import CPU_TUNABLES
-    env = 'glibc' if os.environ.get('GLIBC_TUNABLES') == CPU_TUNABLES else 'default'
+    from rope_lit.bench_cli import cpu_environment
+    env = cpu_environment()   # 'default', 'glibc' or 'custom'
     cases = [(shape, pairing, mode) for shape in TARGET_SHAPES for pairing in ('split', 'interleaved')
              for mode in ('fwd', 'fwd+bwd')]
     cases += [c for c in (((1, 8, s, 64), 'split', 'fwd') for s in seqs) if c not in cases]
