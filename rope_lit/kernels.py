@@ -6,9 +6,10 @@ Docs: https://rope-lit.github.io/rope_lit/kernels.html.md"""
 
 # %% auto #0
 __all__ = ['COMPILE_MIN_NUMEL', 'CPU_KERNEL_PATH', 'CPU_KERNEL_SOURCE', 'STALE_LOCK_SECONDS', 'BACKENDS', 'triton_rotary',
-           'rotary_qk_triton', 'compile_available', 'rotary_qk_compiled', 'native_possible', 'native_cache_dir',
-           'native_kernel', 'rotary_qk_native', 'select_backend', 'rotary_append_eager', 'rotary_append_triton',
-           'rotary_append_native', 'rotary_append', 'bench_append', 'check_backend', 'worst_errors']
+           'rotary_qk_triton', 'compile_available', 'rotary_qk_compiled', 'cpp_parts', 'native_possible',
+           'native_cache_dir', 'native_extension', 'native_kernel', 'rotary_qk_native', 'select_backend',
+           'rotary_append_eager', 'rotary_append_triton', 'rotary_append_native', 'rotary_append', 'bench_append',
+           'check_backend', 'worst_errors']
 
 # %% ../nbs/04_kernels.ipynb #7cd199f8
 import functools, hashlib, inspect, itertools, operator, os, platform, shutil, sys, threading, time, warnings
@@ -381,6 +382,18 @@ except NameError: _PACKAGE_DIR = Path(rope_lit.__file__).parent   # this page, r
 CPU_KERNEL_PATH = _PACKAGE_DIR / 'csrc' / 'rotary_cpu.cpp'
 CPU_KERNEL_SOURCE = CPU_KERNEL_PATH.read_text(encoding='utf-8')   # what the build compiles
 
+# %% ../nbs/04_kernels.ipynb #cppparts01
+def cpp_parts(text:str)->dict:
+    "The parts of a C++ source, split at its `//@ part: NAME` comments (the marker lines left out)"
+    import re
+    parts, name = {}, None
+    for line in text.splitlines():
+        m = re.fullmatch(r'\s*//@ part: (\w+)\s*', line)
+        if m: name = m.group(1); parts[name] = []
+        elif name is not None: parts[name].append(line)
+    return {n: '\n'.join(lines).strip('\n') for n, lines in parts.items()}
+
+
 # %% ../nbs/04_kernels.ipynb #d0e53710
 _NATIVE_FUNCTIONS = ['rotary_qk', 'rotary_qk_autograd', 'copy_qk_autograd', 'rotary_append']
 _NATIVE_CFLAGS = ['-O3', '-march=native', '-fopenmp']
@@ -396,10 +409,10 @@ def _build_signature()->str:
     return '|'.join([flags or platform.processor(), torch.__version__, str(sys.version_info[:2]),
                      *env])
 
-def _native_name()->str:
-    "The cache entry's name: a hash of the source, the flags and `_build_signature()`"
-    key_text = '\n'.join([CPU_KERNEL_SOURCE, *_NATIVE_CFLAGS, _build_signature()])
-    return f"rope_lit_native_{hashlib.sha256(key_text.encode()).hexdigest()[:16]}"
+def _native_name(source:str|None=None, prefix:str='rope_lit_native')->str:
+    "The cache entry's name: a hash of the source (default the kernel's), the flags and `_build_signature()`"
+    key_text = '\n'.join([source or CPU_KERNEL_SOURCE, *_NATIVE_CFLAGS, _build_signature()])
+    return f"{prefix}_{hashlib.sha256(key_text.encode()).hexdigest()[:16]}"
 
 def _probe_native()->bool:
     if os.environ.get('ROPE_LIT_NATIVE', '1') == '0' or not sys.platform.startswith('linux'):
@@ -429,9 +442,11 @@ _native, _native_lock = {}, threading.Lock()
 # a build lock older than this was left by a killed build (a build takes about a minute)
 STALE_LOCK_SECONDS = 900
 
-def _build_native(verbose):
+def _build_native(verbose, source=None, functions=_NATIVE_FUNCTIONS, prefix='rope_lit_native',
+                  what='native CPU kernel'):
+    "Build (or load) one native extension; `functions=None`: the source defines its own bindings"
     from torch.utils import cpp_extension
-    name = _native_name()
+    name = _native_name(source, prefix)
     build = native_cache_dir() / name
     build.mkdir(parents=True, exist_ok=True)
     lock, so = build / 'lock', build / f"{name}.so"   # torch's FileBaton waits on `lock`
@@ -447,32 +462,48 @@ def _build_native(verbose):
     if shutil.which('ninja') is None:   # the `ninja` package's binary, if not on PATH
         import ninja; os.environ['PATH'] = ninja.BIN_DIR + os.pathsep + os.environ.get('PATH', '')
     waiting = lock.exists()
-    _say(f"waiting for another process's build of the native CPU kernel ({name})" if waiting
-         else f"building the native CPU kernel {name} (once per environment; about a minute)")
+    _say(f"waiting for another process's build of the {what} ({name})" if waiting
+         else f"building the {what} {name} (once per environment; about a minute)")
     start = time.perf_counter()
     has_opt = 'no_implicit_headers' in inspect.signature(cpp_extension.load_inline).parameters
     kw = {'no_implicit_headers': True} if has_opt else {}
-    module = cpp_extension.load_inline(name, [CPU_KERNEL_SOURCE], functions=_NATIVE_FUNCTIONS,
+    module = cpp_extension.load_inline(name, [source or CPU_KERNEL_SOURCE], functions=functions,
                                        extra_cflags=_NATIVE_CFLAGS, extra_ldflags=['-fopenmp'],
                                        build_directory=str(build), verbose=verbose, **kw)
-    _say(f"native CPU kernel {'ready' if waiting else 'built'} "
+    _say(f"{what} {'ready' if waiting else 'built'} "
          f"in {time.perf_counter() - start:.1f} s")
     return module
 
-def native_kernel(verbose:bool=False):   # print the compiler's commands and output
-    "The native CPU extension: built on first use, then loaded from the cache; None if it can't be"
-    if 'module' in _native: return _native['module']
+def native_extension(
+    source:str,            # C++ source: the build compiles it as it is
+    prefix:str,            # the cache entry's name: prefix_<hash>
+    what:str,              # what it is, in the build's messages and warning
+    fallback:str,          # what rope_lit does instead if it can't be built, for the warning
+    functions:list|None=None, # functions to bind; None: the source has its own PYBIND11_MODULE
+    verbose:bool=False,    # print the compiler's commands and output
+):
+    "A native CPU extension of rope_lit: built on first use, then loaded from the cache; None if it can't be"
+    if prefix in _native: return _native[prefix]
     with _native_lock:   # one build per process, whichever thread asks first
-        if 'module' not in _native:
+        if prefix not in _native:
             module = None
             if _NATIVE_POSSIBLE:
-                try: module = _build_native(verbose)
+                try: module = _build_native(verbose, source, functions, prefix, what)
                 except Exception as e:
-                    warnings.warn(f"rope_lit: the native CPU kernel could not be built "
-                                  f"({type(e).__name__}: {str(e)[-400:]}); the CPU path uses "
-                                  "the compiled one-pass function instead", stacklevel=2)
-            _native['module'] = module
+                    warnings.warn(f"rope_lit: the {what} could not be built "
+                                  f"({type(e).__name__}: {str(e)[-400:]}); {fallback}",
+                                  stacklevel=3)
+            _native[prefix] = module
+    return _native[prefix]
+
+def native_kernel(verbose:bool=False):   # print the compiler's commands and output
+    "The native CPU kernel: built on first use, then loaded from the cache; None if it can't be"
+    if 'module' not in _native:
+        _native['module'] = native_extension(
+            CPU_KERNEL_SOURCE, 'rope_lit_native', 'native CPU kernel',
+            'the CPU path uses the compiled one-pass function instead', _NATIVE_FUNCTIONS, verbose)
     return _native['module']
+
 
 # %% ../nbs/04_kernels.ipynb #2aa0c9b4
 def rotary_qk_native(

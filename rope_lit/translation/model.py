@@ -11,13 +11,15 @@ import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 from fastcore.basics import patch
 from ..attention import RotaryMultiHeadAttention, KVCache
-from ..kernels import rotary_append
+from ..kernels import rotary_append, native_extension, native_possible
+from pathlib import Path
+import rope_lit
 from .data import PAD, BOS, EOS
 
 # %% auto #0
-__all__ = ['POSITIONS', 'sinusoidal_table', 'dropout_mask', 'FastDropout', 'FeedForward', 'EncoderLayer', 'DecoderLayer',
-           'Seq2SeqTransformer', 'linear_smoothed_ce', 'DecodingWeights', 'IncrementalDecoder', 'greedy_decode',
-           'beam_search', 'attention_maps']
+__all__ = ['POSITIONS', 'DECODER_PATH', 'DECODER_SOURCE', 'sinusoidal_table', 'dropout_mask', 'FastDropout', 'FeedForward',
+           'EncoderLayer', 'DecoderLayer', 'Seq2SeqTransformer', 'linear_smoothed_ce', 'DecodingWeights',
+           'IncrementalDecoder', 'native_decoder', 'greedy_decode', 'beam_search', 'attention_maps']
 
 # %% ../../nbs/11_mt_model.ipynb #e76e4b75
 POSITIONS = ('sinusoidal', 'rope', 'rope+cross', 'none', 'hexu')
@@ -344,6 +346,7 @@ class IncrementalDecoder:
         max_len:int,              # longest output, `<s>` included: positions 0 .. max_len - 2
         dtype:torch.dtype|None=None, # e.g. torch.bfloat16 (default: `weights`' dtype, else memory's)
         weights:DecodingWeights|None=None, # prepared weights of `model` (default: prepared here)
+        native:bool|None=None,    # the C++ step; None: wherever it can run (float32, CPU, built)
     ):
         if model.training: raise ValueError("IncrementalDecoder needs a model in eval mode (it applies no dropout): call model.eval()")
         if weights is not None:
@@ -373,6 +376,7 @@ class IncrementalDecoder:
             if layer.cross_attn.rotary is not None: k = layer.cross_attn.rotary.rotate(k)   # source positions 0, 1, ...
             self.cross.append((k.to(self.work), v.to(self.work)))
             self.kv.append(memory.new_empty(2, rows, self.h, max_len - 1, self.dk, dtype=self.work))  # self-attention keys, values
+        self._attach_native(native)   # `native`: True if the C++ step does the work
 
     def _heads(self, y:Tensor)->Tensor: return y.unflatten(-1, (self.h, self.dk)).transpose(1, 2)  # (rows, h, len, dk)
     def _merge(self, a:Tensor)->Tensor: return a.transpose(1, 2).flatten(2)                       # (rows, len, d_model)
@@ -398,6 +402,10 @@ def step(self:IncrementalDecoder,
         raise ValueError(f"tokens must be a (rows,) = ({rows},) integer tensor, got {got}")
     if t >= self.max_len - 1:
         raise ValueError(f"all {self.max_len - 1} steps of max_len={self.max_len} are used")
+    if self.native:   # the same step in one C++ call (below)
+        logits = self._native.step(tokens.long(), t, *self._native_tables(t + 1))
+        self.t += 1
+        return logits
     fin = self.final
     x = F.embedding(tokens[:, None], fin['embed']) * math.sqrt(self.model.d_model)
     if fin['pe'] is not None: x = x + fin['pe'][t]          # sinusoidal: row t of the table
@@ -438,6 +446,91 @@ def reorder(self:IncrementalDecoder,
     if memory:
         self.cross = [(k[rows], v[rows]) for k, v in self.cross]
         if self.mask_bias is not None: self.mask_bias = self.mask_bias[rows]
+        if self.native: self._native_cross()
+
+# %% ../../nbs/11_mt_model.ipynb #natdec02
+try: _PACKAGE_DIR = Path(__file__).parents[1]                  # rope_lit/translation/model.py
+except NameError: _PACKAGE_DIR = Path(rope_lit.__file__).parent  # this page, run as a notebook
+DECODER_PATH = _PACKAGE_DIR / 'csrc' / 'decoder_cpu.cpp'
+DECODER_SOURCE = DECODER_PATH.read_text(encoding='utf-8')   # what the build compiles
+
+def native_decoder(verbose:bool=False):   # print the compiler's commands and output
+    "The C++ decoding step: built on first use, then loaded from the cache; None if it can't be"
+    return native_extension(DECODER_SOURCE, 'rope_lit_decoder', 'native decoder',
+                            'decoding uses the PyTorch step instead', None, verbose)
+
+
+# %% ../../nbs/11_mt_model.ipynb #natdec16
+def _rope_config(r)->tuple|None:
+    "What the C++ step takes from a rotary embedding, to compare layers"
+    if r is None: return None
+    return (r.rotary_dim, r.interleaved, r._one_stream, r._dynamic, r.attention_factor,
+            tuple(r._inv_freq64.tolist()))
+
+def _native_unfit(dec)->str|None:
+    "Why the C++ step cannot decode for `dec`, or None"
+    if dec.dtype != torch.float32: return f"it decodes in float32, not {dec.dtype}"
+    if dec.kv[0].device.type != 'cpu': return f"it runs on the CPU, not {dec.kv[0].device}"
+    for kind in ('self_attn', 'cross_attn'):   # one set of RoPE settings for every layer
+        confs = {_rope_config(getattr(l, kind).rotary) for l in dec.model.decoder}
+        if len(confs) > 1: return f"its layers' {kind} rotary embeddings differ"
+        conf = confs.pop()
+        if conf is not None and not conf[2]: return "it has no M-RoPE or 2-D RoPE"
+    if not native_possible():
+        return "it cannot be built here (no C++ compiler, or ROPE_LIT_NATIVE=0)"
+    return None
+
+@patch
+def _attach_native(self:IncrementalDecoder, native:bool|None):
+    "Give the weights, caches and cross-attention tensors to a `NativeDecoder` if `native` asks"
+    if native is not None and not isinstance(native, bool):
+        raise ValueError(f"native must be True, False or None, got {native!r}")
+    self.native, self._native = False, None
+    rots = [a.rotary for a in (self.model.decoder[0].self_attn, self.model.decoder[0].cross_attn)]
+    self._rots, self._dynamic = rots, any(r is not None and r._dynamic for r in rots)
+    if native is False: return
+    why = _native_unfit(self)
+    ext = native_decoder() if why is None else None
+    if why is None and ext is None: why = "it could not be built (see the warning)"
+    if why is not None:
+        if native: raise ValueError(f"native=True, but the C++ decoding step cannot run: {why}")
+        return
+    ws, eps = [], []
+    for w in self.layers:
+        for key in ('qkv', 'self_out', 'cross_q', 'cross_out', 'ff1', 'ff2'):
+            W, b = w[key]
+            ws += [W.contiguous(), W.new_zeros(W.shape[0]) if b is None else b.contiguous()]
+        for g, b, e in w['norms']: ws += [g.contiguous(), b.contiguous()]; eps.append(float(e))
+    g, b, e = self.final['norm']
+    pe = self.final['pe']
+    self._native = ext.NativeDecoder(
+        ws, eps + [float(e)], self.kv, self.final['embed'].contiguous(),
+        None if pe is None else pe.contiguous(), g.contiguous(), b.contiguous(), self.h,
+        *[x for r in rots for x in ((0, False) if r is None else (r.rotary_dim, r.interleaved))])
+    self._native_cross()
+    self.native = True
+
+@patch
+def _native_cross(self:IncrementalDecoder):
+    "Give the C++ step the cross-attention's keys, values and source mask (again after `reorder`)"
+    bias = None if self.mask_bias is None else self.mask_bias.reshape(self.rows, -1).contiguous()
+    self._native.set_cross([k.contiguous() for k, _ in self.cross],
+                           [v.contiguous() for _, v in self.cross], bias)
+
+@patch
+def _native_tables(self:IncrementalDecoder, n:int)->list:
+    "cos, sin rows of positions 0 .. n-1 for self- and cross-attention (None: no RoPE)"
+    return [x for r in self._rots
+            for x in ((None, None) if r is None else r.cos_sin(n, device=self.kv[0].device))]
+
+@patch
+def _native_greedy(self:IncrementalDecoder, ys:Tensor, min_len:int)->int:
+    "`greedy_decode`'s loop in one C++ call, from position 0; returns the columns of `ys` written"
+    if self.max_len == 1: return 1   # `<s>` only: no step
+    n = self._native.greedy(ys, min_len, EOS, PAD, *self._native_tables(self.max_len - 1))
+    self.t = n - 1
+    return n
+
 
 # %% ../../nbs/11_mt_model.ipynb #caa8d2da
 @torch.no_grad()
@@ -449,19 +542,23 @@ def greedy_decode(
     min_len:int=0,            # forbid `</s>` before this many tokens (for timing fixed lengths)
     dtype:torch.dtype|None=None, # eval mode with the cache: decode in this dtype (None: model's)
     weights:DecodingWeights|None=None, # eval mode with the cache: weights prepared once
+    native:bool|None=None,    # eval mode with the cache: the C++ step (None: where it can run)
 )->Tensor:                    # (batch, out_len) ids starting with `<s>`, padded after `</s>`
     "Batched greedy decoding, with or without the key/value cache"
     lean = use_cache and not model.training
-    if (dtype is not None or weights is not None) and not lean:
-        raise ValueError("dtype and weights need use_cache=True and a model in eval mode")
+    if (dtype is not None or weights is not None or native) and not lean:
+        raise ValueError("dtype, weights and native need use_cache=True and a model in eval mode")
     with torch.inference_mode():   # less bookkeeping than no_grad; the result is copied out below
         memory, mask = model.encode(src)
         b = src.shape[0]
-        dec = IncrementalDecoder(model, memory, mask, max_len, dtype, weights) if lean else None
+        dec = (IncrementalDecoder(model, memory, mask, max_len, dtype, weights, native)
+               if lean else None)
         cache = model.new_cache() if use_cache and not lean else None
         ys = torch.full((b, max_len), PAD, dtype=torch.long, device=src.device); ys[:, 0] = BOS
+        fast = lean and dec.native and not dec._dynamic   # the whole loop below in one C++ call
+        if fast: ys = ys[:, :dec._native_greedy(ys, min_len)]
         done = torch.zeros(b, dtype=torch.bool, device=src.device)
-        for t in range(max_len - 1):
+        for t in range(0 if fast else max_len - 1):
             if lean: logits = dec.step(ys[:, t])
             elif use_cache: logits = model.decode(ys[:, t:t+1], memory, mask, cache, start=t)[:, -1]
             else: logits = model.decode(ys[:, :t+1], memory, mask)[:, -1]
@@ -483,18 +580,20 @@ def beam_search(
     use_cache:bool=True,      # False: re-run the decoder on the whole prefix each step
     dtype:torch.dtype|None=None, # eval mode with the cache: decode in this dtype (None: model's)
     weights:DecodingWeights|None=None, # eval mode with the cache: weights prepared once
+    native:bool|None=None,    # eval mode with the cache: the C++ step (None: where it can run)
 )->Tensor:                    # (batch, out_len) best hypothesis per sentence, starting with `<s>`
     "Batched beam search with the key/value cache"
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")
     lean = use_cache and not model.training
-    if (dtype is not None or weights is not None) and not lean:
-        raise ValueError("dtype and weights need use_cache=True and a model in eval mode")
+    if (dtype is not None or weights is not None or native) and not lean:
+        raise ValueError("dtype, weights and native need use_cache=True and a model in eval mode")
     with torch.inference_mode():
         b, k, dev = src.shape[0], beam_size, src.device
         memory, mask = model.encode(src)
         memory, mask = memory.repeat_interleave(k, 0), mask.repeat_interleave(k, 0)
-        dec = IncrementalDecoder(model, memory, mask, max_len, dtype, weights) if lean else None
+        dec = (IncrementalDecoder(model, memory, mask, max_len, dtype, weights, native)
+               if lean else None)
         cache = model.new_cache() if use_cache and not lean else None
         ys = torch.full((b * k, 1), BOS, dtype=torch.long, device=dev)
         scores = torch.full((b, k), float('-inf'), device=dev)

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 from .data import PAD, BOS, EOS
 from .model import Seq2SeqTransformer, DecodingWeights, greedy_decode
+from .model import IncrementalDecoder, native_decoder
 from .train import make_config, make_optimizer, train_step, tune_cpu_malloc
 import torch.nn.functional as F
 
@@ -92,6 +93,7 @@ def benchmark_decoding(
     position:str='sinusoidal',  # position scheme
     dtype:torch.dtype|None=None,# decoding dtype (cached path only), e.g. torch.bfloat16
     prepared:bool=False,        # prepare the decoding weights once, outside the timing
+    native:bool|None=None,      # the C++ decoding step (None: where it can run; False: PyTorch's)
 )->float:                       # seconds to decode one sentence
     "Seconds for greedy decoding of one sentence to exactly `out_len` tokens (best of `repeats`)"
     torch.manual_seed(0)
@@ -102,7 +104,7 @@ def benchmark_decoding(
     for _ in range(repeats):
         t0 = time.perf_counter()
         ys = greedy_decode(model, src, out_len, use_cache=use_cache, min_len=out_len,
-                           dtype=None if prepared else dtype, weights=weights)
+                           dtype=None if prepared else dtype, weights=weights, native=native)
         best = min(best, time.perf_counter() - t0)
     assert ys.shape[1] == out_len
     return best
@@ -113,9 +115,24 @@ def decode_weight_floor(
     steps:int=71,               # decoding steps (out_len - 1)
     dtype:torch.dtype=torch.float32, # weight dtype
     repeats:int=3,              # best of this many
+    caller:str='python',        # 'python': an `F.linear` per product; 'cpp': the C++ step's calls
 )->float:                       # seconds
     "Seconds for the matrix-vector products alone of `steps` one-sentence decoding steps (best of)"
+    if caller not in ('python', 'cpp'):
+        raise ValueError(f"caller must be 'python' or 'cpp', got {caller!r}")
     torch.manual_seed(0)
+    if caller == 'cpp':   # `NativeDecoder.products_only`, on a model of this size
+        if dtype != torch.float32: raise ValueError(f"caller='cpp' times float32 only, got {dtype}")
+        # one head: the products do not depend on the number of heads
+        model = Seq2SeqTransformer(vocab_size, N, d_model, d_ff, 1, 0.0).eval()
+        with torch.inference_mode():
+            dec = IncrementalDecoder(model, *model.encode(torch.tensor([[5, EOS]])), steps + 1,
+                                     native=True)
+            best = math.inf
+            for _ in range(repeats):
+                t0 = time.perf_counter(); dec._native.products_only(steps)
+                best = min(best, time.perf_counter() - t0)
+        return best
     d, f = d_model, d_ff
     # per layer: W_qkv, W_o, the cross-attention's W_q and W_o, W_1, W_2
     shapes = ((3 * d, d), (d, d), (d, d), (d, d), (f, d), (d, f))
@@ -137,7 +154,7 @@ AT_REFERENCE = {'small': dict(train_tokens_per_s=3700, decode_s=0.47),
 
 def speed_table(vs:dict, kind:str='train')->str:
     "Markdown table of an interleaved measurement: ours against the Annotated Transformer (AT) or the floors"
-    kinds = ('train', 'train_floor', 'decode', 'decode_floor')
+    kinds = ('train', 'train_floor', 'decode', 'decode_floor', 'decode_bf16')
     if kind not in kinds: raise ValueError(f"kind must be one of {kinds}, got {kind!r}")
     head = {'train': ['AT own code, EPYC (tok/s)', 'AT, this run (tok/s)', 'ours (tok/s)', 'ours / AT'],
             'train_floor': ['ours (s/step)', 'in matrix products (s/step)', 'step / matrix products',
@@ -145,7 +162,10 @@ def speed_table(vs:dict, kind:str='train')->str:
             'decode': ['AT own code, EPYC (s)', 'AT, this run (s)', 'ours, cached (s)', 'AT / ours',
                        'ours, uncached (s)', 'uncached / cached'],
             'decode_floor': ['weight floor (s)', 'ours (s)', 'ours / floor', 'target ≤ 1.2×',
-                             'bf16: floor (s)', 'bf16: ours (s)', 'bf16: ours / floor']}[kind]
+                             'floor from C++ (s)', 'ours / floor from C++', 'PyTorch step (s)',
+                             'PyTorch step / floor'],
+            'decode_bf16': ['bf16: floor (s)', 'bf16: ours (s)', 'bf16: ours / floor',
+                            'float32: ours (s)']}[kind]
     rows = ['| size | ' + ' | '.join(head) + ' |', '|---' * (len(head) + 1) + '|']
     met = lambda x, limit: 'met' if x <= limit else 'missed'
     for k in ('small', 'base'):
@@ -161,11 +181,15 @@ def speed_table(vs:dict, kind:str='train')->str:
             cells = [f"{ref['decode_s']}", f"{b['at_decode']:.3f}", f"{b['ours_decode']:.3f}",
                      f"{b['at_decode'] / b['ours_decode']:.1f}×", f"{b['ours_decode_uncached']:.3f}",
                      f"{b['ours_decode_uncached'] / b['ours_decode']:.1f}×"]
-        else:
+        elif kind == 'decode_floor':
             r = b['ours_decode'] / b['floor_decode']
             cells = [f"{b['floor_decode']:.3f}", f"{b['ours_decode']:.3f}", f"{r:.2f}×", met(r, 1.2),
-                     f"{b['floor_decode_bf16']:.3f}", f"{b['ours_decode_bf16']:.3f}",
-                     f"{b['ours_decode_bf16'] / b['floor_decode_bf16']:.2f}×"]
+                     f"{b['floor_decode_cpp']:.3f}", f"{b['ours_decode'] / b['floor_decode_cpp']:.2f}×",
+                     f"{b['ours_decode_pytorch']:.3f}",
+                     f"{b['ours_decode_pytorch'] / b['floor_decode']:.2f}×"]
+        else:
+            cells = [f"{b['floor_decode_bf16']:.3f}", f"{b['ours_decode_bf16']:.3f}",
+                     f"{b['ours_decode_bf16'] / b['floor_decode_bf16']:.2f}×", f"{b['ours_decode']:.3f}"]
         rows.append(f"| {name} | " + ' | '.join(cells) + ' |')
     return '\n'.join(rows)
 
