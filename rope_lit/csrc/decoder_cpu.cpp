@@ -195,7 +195,6 @@ struct NativeDecoder {
     auto opt = embed.options();
     x = at::empty({rows, d}, opt); y = at::empty({rows, d}, opt);
     big = at::empty({rows, std::max(3 * d, f)}, opt); a = at::empty({rows, d}, opt);
-    logits_floor = at::empty({rows, vocab}, opt);
     for (int64_t l = 0; l < n_layers; ++l)
       for (int i = 0; i < 12; i += 2) wt.push_back(w[18 * l + i].t());
     wt.push_back(embed.t());
@@ -393,6 +392,7 @@ struct NativeDecoder {
   void products_only(int64_t steps) {
     // inputs of ordinary size: never-written buffers may hold subnormals, which slow BLAS down
     y.fill_(0.5); a.fill_(0.5); big.fill_(0.5);
+    if (!logits_floor.defined()) logits_floor = at::empty({rows, vocab}, embed.options());
     for (int64_t t = 0; t < steps; ++t) {
       for (int64_t l = 0; l < n_layers; ++l) {
         const Tensor* T = &wt[6 * l];
@@ -406,7 +406,7 @@ struct NativeDecoder {
       linear(y, wt.back(), logits_floor);
     }
   }
-  Tensor logits_floor;
+  Tensor logits_floor;   // products_only's output, made on its first call
 };
 
 //@ part: binding

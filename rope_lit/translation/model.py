@@ -11,9 +11,7 @@ import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 from fastcore.basics import patch
 from ..attention import RotaryMultiHeadAttention, KVCache
-from ..kernels import rotary_append, native_extension, native_possible
-from pathlib import Path
-import rope_lit
+from ..kernels import rotary_append, native_extension, native_possible, CPU_KERNEL_PATH
 from .data import PAD, BOS, EOS
 
 # %% auto #0
@@ -403,7 +401,8 @@ def step(self:IncrementalDecoder,
     if t >= self.max_len - 1:
         raise ValueError(f"all {self.max_len - 1} steps of max_len={self.max_len} are used")
     if self.native:   # the same step in one C++ call (below)
-        logits = self._native.step(tokens.long(), t, *self._native_tables(t + 1))
+        tables = self._tables or self._native_tables(t + 1)   # rows 0 .. t at least
+        logits = self._native.step(tokens.long(), t, *tables)
         self.t += 1
         return logits
     fin = self.final
@@ -449,9 +448,7 @@ def reorder(self:IncrementalDecoder,
         if self.native: self._native_cross()
 
 # %% ../../nbs/11_mt_model.ipynb #natdec02
-try: _PACKAGE_DIR = Path(__file__).parents[1]                  # rope_lit/translation/model.py
-except NameError: _PACKAGE_DIR = Path(rope_lit.__file__).parent  # this page, run as a notebook
-DECODER_PATH = _PACKAGE_DIR / 'csrc' / 'decoder_cpu.cpp'
+DECODER_PATH = CPU_KERNEL_PATH.parent / 'decoder_cpu.cpp'   # beside the rotary kernel's source
 DECODER_SOURCE = DECODER_PATH.read_text(encoding='utf-8')   # what the build compiles
 
 def native_decoder(verbose:bool=False):   # print the compiler's commands and output
@@ -509,13 +506,16 @@ def _attach_native(self:IncrementalDecoder, native:bool|None):
         *[x for r in rots for x in ((0, False) if r is None else (r.rotary_dim, r.interleaved))])
     self._native_cross()
     self.native = True
+    # RoPE's cos/sin rows of every position, once; a dynamic scaling's rows change with the length
+    fixed = not self._dynamic and self.max_len > 1
+    self._tables = self._native_tables(self.max_len - 1) if fixed else None
 
 @patch
 def _native_cross(self:IncrementalDecoder):
     "Give the C++ step the cross-attention's keys, values and source mask (again after `reorder`)"
     bias = None if self.mask_bias is None else self.mask_bias.reshape(self.rows, -1).contiguous()
-    self._native.set_cross([k.contiguous() for k, _ in self.cross],
-                           [v.contiguous() for _, v in self.cross], bias)
+    self.cross = [(k.contiguous(), v.contiguous()) for k, v in self.cross]   # shared, not copied twice
+    self._native.set_cross([k for k, _ in self.cross], [v for _, v in self.cross], bias)
 
 @patch
 def _native_tables(self:IncrementalDecoder, n:int)->list:
@@ -527,7 +527,7 @@ def _native_tables(self:IncrementalDecoder, n:int)->list:
 def _native_greedy(self:IncrementalDecoder, ys:Tensor, min_len:int)->int:
     "`greedy_decode`'s loop in one C++ call, from position 0; returns the columns of `ys` written"
     if self.max_len == 1: return 1   # `<s>` only: no step
-    n = self._native.greedy(ys, min_len, EOS, PAD, *self._native_tables(self.max_len - 1))
+    n = self._native.greedy(ys, min_len, EOS, PAD, *self._tables)
     self.t = n - 1
     return n
 

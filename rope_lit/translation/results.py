@@ -11,7 +11,8 @@ from pathlib import Path
 import torch
 from .data import PAD, BOS, EOS
 from .model import Seq2SeqTransformer, DecodingWeights, greedy_decode
-from .model import IncrementalDecoder, native_decoder
+from .model import IncrementalDecoder
+from ..kernels import native_possible
 from .train import make_config, make_optimizer, train_step, tune_cpu_malloc
 import torch.nn.functional as F
 
