@@ -172,6 +172,18 @@ def _attend(q, k, v, mask, is_causal, dropout_p, need_weights):
     out = (F.dropout(weights, dropout_p) if dropout_p else weights) @ v.to(work)
     return out.to(q.dtype), weights.to(q.dtype)
 
+# %% ../nbs/03_attention.ipynb #attend01
+@patch
+def attend(self:RotaryMultiHeadAttention,
+    q:Tensor, k:Tensor, v:Tensor, # (batch, heads, len, head_dim); k, v with n_kv_heads heads
+    mask:Tensor|None,             # bool (True = attend) or float (added), or None
+    is_causal:bool,               # causal, q_len == kv_len
+    dropout_p:float,              # dropout on the weights (0 outside training)
+    need_weights:bool,            # also return the weights
+)->tuple[Tensor,Tensor|None]:     # (batch, heads, q_len, head_dim) and the weights or None
+    "The attention core, `_attend`; subclasses may replace it"
+    return _attend(q, k, v, mask, is_causal, dropout_p, need_weights)
+
 # %% ../nbs/03_attention.ipynb #10a072eb
 def _check_mask(mask, shape):
     if mask is None: return
@@ -252,7 +264,7 @@ def forward(self:RotaryMultiHeadAttention,
         elif attn_mask.dtype == torch.bool: attn_mask = attn_mask & causal
         else: attn_mask = attn_mask.masked_fill(~causal, float('-inf'))
     dropout_p = self.dropout if self.training else 0.0
-    out, weights = _attend(q, k, v, attn_mask, sdpa_causal, dropout_p, need_weights)
+    out, weights = self.attend(q, k, v, attn_mask, sdpa_causal, dropout_p, need_weights)
     out = self.out_proj(out.transpose(1, 2).flatten(2))
     return (out, weights) if need_weights else out
 

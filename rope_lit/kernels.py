@@ -7,9 +7,9 @@ Docs: https://rope-lit.github.io/rope_lit/kernels.html.md"""
 # %% auto #0
 __all__ = ['COMPILE_MIN_NUMEL', 'CPU_KERNEL_PATH', 'CPU_KERNEL_SOURCE', 'STALE_LOCK_SECONDS', 'BACKENDS', 'triton_rotary',
            'rotary_qk_triton', 'compile_available', 'rotary_qk_compiled', 'cpp_parts', 'native_possible',
-           'native_cache_dir', 'native_extension', 'native_kernel', 'rotary_qk_native', 'select_backend',
-           'rotary_append_eager', 'rotary_append_triton', 'rotary_append_native', 'rotary_append', 'bench_append',
-           'check_backend', 'worst_errors']
+           'native_cache_dir', 'native_extension', 'native_kernel', 'rotary_qk_native', 'native_qk_direct',
+           'select_backend', 'rotary_append_eager', 'rotary_append_triton', 'rotary_append_native', 'rotary_append',
+           'bench_append', 'check_backend', 'worst_errors']
 
 # %% ../nbs/04_kernels.ipynb #7cd199f8
 import functools, hashlib, inspect, itertools, operator, os, platform, shutil, sys, threading, time, warnings
@@ -547,6 +547,20 @@ def rotary_qk_native(
     except (TypeError, ValueError):
         _check_args(q, k, cos, sin, positions, inplace)   # the other backends' message, if any
         raise
+
+# %% ../nbs/04_kernels.ipynb #direct02
+def native_qk_direct(
+    interleaved:bool=False,   # pair (2i, 2i+1) instead of (i, i+r/2)
+):                            # f(q, k, cos, sin) -> (q_rot, k_rot), or None without the native kernel
+    "`rotary_qk_native(q, k, cos, sin, interleaved=...)` without its checks: checked arguments, tables without grad"
+    ext = native_kernel()
+    if ext is None: return None
+    inter = bool(interleaved)
+    def rotate(q:Tensor, k:Tensor, cos:Tensor, sin:Tensor)->tuple:
+        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
+            return ext.rotary_qk_autograd(q, k, cos, sin, None, None, 0, inter)
+        return ext.rotary_qk(q, k, cos, sin, None, None, 0, inter, False, False)
+    return rotate
 
 # %% ../nbs/04_kernels.ipynb #2a95cff2
 BACKENDS = ('auto', 'triton', 'native', 'compiled', 'cpu_fused', 'eager')

@@ -513,6 +513,12 @@ def forward(self:RotaryEmbedding,
     return qr.permute(*back), kr.permute(*back)
 
 # %% ../nbs/02_rope.ipynb #h14fa5t2
+def _direct_kernel(rotate, interleaved:bool):
+    "The native kernel without its argument handling (`native_qk_direct`) if `rotate` is it, else None"
+    try: from rope_lit.kernels import rotary_qk_native, native_qk_direct
+    except ImportError: return None
+    return native_qk_direct(interleaved) if rotate is rotary_qk_native else None
+
 @patch
 def _forward_cached(self:RotaryEmbedding, q:Tensor, k:Tensor, offset:int)->tuple[Tensor, Tensor]:
     "`forward` for default positions and an int `offset`: its checks run once per kind of call"
@@ -524,8 +530,9 @@ def _forward_cached(self:RotaryEmbedding, q:Tensor, k:Tensor, offset:int)->tuple
         self.cos_sin(seq, None, offset, batch, q.device, q.dtype)  # device (and offset) checks
         if len(self._plans) >= 256: self._plans.clear()   # bounded: many prefill lengths
         rotate = self._backend_fn(q.device.type)   # resolved once per kind of call too
-        plan = self._plans[key] = (seq, batch, q.dtype == torch.float64, rotate)
-    seq, batch, wide, rotate = plan
+        direct = _direct_kernel(rotate, self.interleaved)
+        plan = self._plans[key] = (seq, batch, q.dtype == torch.float64, rotate, direct)
+    seq, batch, wide, rotate, direct = plan
     rows = self._fast_rows.get((offset, seq, wide))
     if rows is None:
         with torch.inference_mode(False):     # kept: must not be inference tensors
@@ -534,6 +541,9 @@ def _forward_cached(self:RotaryEmbedding, q:Tensor, k:Tensor, offset:int)->tuple
         if len(self._fast_rows) >= 256: self._fast_rows.clear()
         if not wide: self._fast_rows[offset, seq, wide] = rows   # float64 rows: new, not kept
     if self.seq_dim == 2:                     # (batch, heads, seq, head_dim) already: no views
+        if direct is not None:                # the native kernel, its arguments checked above
+            try: return direct(q, k, *rows)
+            except (TypeError, ValueError): pass   # e.g. other strides: the full call says why
         qr, kr = rotate(q, k, *rows, interleaved=self.interleaved)
         return qr, kr
     to, back = _TO_BHSD[self.seq_dim], _FROM_BHSD[self.seq_dim]

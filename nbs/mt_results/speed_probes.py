@@ -51,30 +51,51 @@ def median_step(step, n=7):
         t0 = time.perf_counter(); step(); ts.append(time.perf_counter() - t0)
     return sorted(ts)[n // 2]
 
-eager = step_fn(SIZES['small'], False)
-comp = step_fn(SIZES['small'], True)
-t0 = time.perf_counter(); comp(); compile_s = time.perf_counter() - t0
-out['train_compile'] = dict(size='small', eager_s=median_step(eager), compiled_s=median_step(comp),
-                            first_compiled_step_s=compile_s)
-
 from torch.profiler import profile, ProfilerActivity
 step = step_fn(SIZES['small'], False)
 for _ in range(3): step()
 with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
     for _ in range(3): step()
-prof_ms = dict(matrix_products=0, dropout=0, attention_dropout=0, zero_embedding_grads=0, adam=0, all=0)
+prof_ms = dict(matrix_products=0, dropout=0, attention_dropout=0, attention_core=0, zero_embedding_grads=0,
+               adam=0, layer_norm=0, copies=0, copies_4d=0, all=0)
 for e in prof.key_averages(group_by_input_shape=True):
     k, t = e.key, e.self_cpu_time_total
     if k == 'aten::_fused_adam_': prof_ms['adam'] += t
     elif k in ('_Dropout', '_DropoutBackward', 'aten::random_', 'aten::ge'): prof_ms['dropout'] += t
     elif k == 'aten::bernoulli_': prof_ms['attention_dropout'] += t
+    elif k in ('_DropoutAttention', '_DropoutAttentionBackward'): prof_ms['attention_core'] += t
     elif k == 'aten::fill_' and e.input_shapes and e.input_shapes[0] == [8000, 256]: prof_ms['zero_embedding_grads'] += t
-    elif k in ('aten::mm', 'aten::addmm', 'aten::addmm_', 'aten::bmm'): prof_ms['matrix_products'] += t
+    elif k in ('aten::mm', 'aten::addmm', 'aten::addmm_', 'aten::bmm', 'aten::baddbmm'): prof_ms['matrix_products'] += t
+    elif k in ('aten::native_layer_norm', 'aten::native_layer_norm_backward'): prof_ms['layer_norm'] += t
+    elif k == 'aten::copy_':
+        prof_ms['copies'] += t
+        if e.input_shapes and len(e.input_shapes[0]) == 4: prof_ms['copies_4d'] += t   # head layouts
     prof_ms['all'] += t
 out['train_profile'] = dict(size='small', ms_per_step={k: v / 3e3 for k, v in prof_ms.items()},
                             note='self CPU time under torch.profiler, 3 steps; dropout: FastDropout forward and '
-                                 'backward (random_ and ge too, for masks made with PyTorch operations); '
-                                 'attention_dropout: bernoulli_ (SDPA)')
+                                 'backward (random_ and ge too, for masks made with PyTorch operations), the '
+                                 "attention core's dropout calls included; attention_dropout: bernoulli_ (SDPA); "
+                                 "attention_core: the CPU training attention's own Python and autograd time "
+                                 '(its products, softmax and dropout are counted in their own rows); copies_4d: '
+                                 'the copies of 4-D tensors among copies (between the heads layouts)')
+
+# the fixed cost of a step: the same step on a model with every size tiny (d_model 8, vocabulary 50, batch 1)
+torch.manual_seed(0)
+tiny = dict(N=3, d_model=8, d_ff=16, h=4)
+cfg = make_config('tiny', **tiny, device='cpu')
+model = Seq2SeqTransformer(50, tiny['N'], tiny['d_model'], tiny['d_ff'], tiny['h'], 0.1, 'sinusoidal', 128).train()
+opt, sched = make_optimizer(model, cfg)
+src, tgt = torch.randint(4, 50, (1, 20)), torch.randint(4, 50, (1, 21))
+tiny_step = lambda: train_step(model, model, opt, sched, [(src, tgt)], cfg, torch.device('cpu'))
+out['train_fixed_cost'] = dict(size=dict(tiny, vocab=50, batch=1, src_len=20, tgt_len=20),
+                               step_s=median_step(tiny_step, 21))
+
+# compiled against eager: after the profile, which the compiler's background workers would slow down
+eager = step_fn(SIZES['small'], False)
+comp = step_fn(SIZES['small'], True)
+t0 = time.perf_counter(); comp(); compile_s = time.perf_counter() - t0
+out['train_compile'] = dict(size='small', eager_s=median_step(eager), compiled_s=median_step(comp),
+                            first_compiled_step_s=compile_s)
 
 # decoding
 def best_call(f, r=5):

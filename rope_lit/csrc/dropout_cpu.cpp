@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/extension.h>
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -34,33 +35,59 @@ static inline void uniform16(uint64_t seed, int64_t first, int16_t* u) {
 }
 
 //@ part: forward
-// o = r + m ⊙ f(x) on one chunk: m = s where u >= thr (thr = cut - 32768), else 0;
-// f the identity or ReLU; r absent (nullptr) or a residual. A dropped element is multiplied
-// by 0, as torch's dropout does (NaN stays NaN).
-static inline void drop_chunk(const float* __restrict x, const float* __restrict r,
-                              float* __restrict o, const int16_t* __restrict u, int64_t len,
-                              int16_t thr, float s, bool relu) {
-  if (relu) {
+// o = m ⊙ f(x + b) on one segment: m = s where u >= thr (thr = cut - 32768), else 0; f the
+// identity or ReLU; b a bias (Bias: the segment's columns) or nothing. A dropped element is
+// multiplied by 0, as torch's dropout does (NaN stays NaN).
+template <bool Relu, bool Bias>
+static inline void drop_seg(const float* __restrict x, const float* __restrict b,
+                            float* __restrict o, const int16_t* __restrict u, int64_t len,
+                            int16_t thr, float s) {
 #pragma omp simd
-    for (int64_t i = 0; i < len; ++i) {
-      const float v = x[i] < 0.f ? 0.f : x[i];   // NaN stays NaN, as torch.relu
-      o[i] = v * (u[i] >= thr ? s : 0.f);
-    }
-  } else {
-#pragma omp simd
-    for (int64_t i = 0; i < len; ++i) o[i] = x[i] * (u[i] >= thr ? s : 0.f);
-  }
-  if (r != nullptr) {
-#pragma omp simd
-    for (int64_t i = 0; i < len; ++i) o[i] += r[i];
+  for (int64_t i = 0; i < len; ++i) {
+    float v = Bias ? x[i] + b[i] : x[i];
+    if (Relu) v = v < 0.f ? 0.f : v;           // NaN stays NaN, as torch.relu
+    o[i] = v * (u[i] >= thr ? s : 0.f);
   }
 }
 
-// residual + dropout(f(x)) over the whole tensor, in chunks of 256 elements (one `uniform16` each).
-// The backward pass of a dropout without ReLU is this same call on the gradient, same seed.
+static inline void drop_any(const float* x, const float* b, float* o, const int16_t* u,
+                            int64_t len, int16_t thr, float s, bool relu) {
+  if (b == nullptr) {
+    if (relu) drop_seg<true, false>(x, b, o, u, len, thr, s);
+    else drop_seg<false, false>(x, b, o, u, len, thr, s);
+  } else {
+    if (relu) drop_seg<true, true>(x, b, o, u, len, thr, s);
+    else drop_seg<false, true>(x, b, o, u, len, thr, s);
+  }
+}
+
+static inline void add_to(float* __restrict o, const float* __restrict r, int64_t len) {
+#pragma omp simd
+  for (int64_t i = 0; i < len; ++i) o[i] += r[i];
+}
+
+// o = r + m ⊙ f(x + b) over elements e0 .. e0 + len of the tensor (rows of C elements): the
+// chunk is cut where a row ends, so that each piece reads one run of the bias.
+static inline void drop_chunk(const float* x, const float* b, const float* r, float* o,
+                              const int16_t* u, int64_t e0, int64_t len, int64_t C, int16_t thr,
+                              float s, bool relu) {
+  for (int64_t done = 0; done < len;) {
+    const int64_t col = (e0 + done) % C;
+    const int64_t seg = b == nullptr ? len - done : std::min(len - done, C - col);
+    drop_any(x + e0 + done, b == nullptr ? nullptr : b + col, o + e0 + done, u + done, seg, thr,
+             s, relu);
+    done += seg;
+  }
+  if (r != nullptr) add_to(o + e0, r + e0, len);  // while the chunk is in cache
+}
+
+// residual + dropout(f(x + bias)) over the whole tensor, in chunks of 256 elements (one
+// `uniform16` each). The backward pass of a dropout without ReLU is this same call on the
+// gradient, with the same seed and no residual or bias.
 Tensor dropout_forward(Tensor x, std::optional<Tensor> residual, int64_t seed, int64_t cut,
-                       double scale, bool relu) {
-  TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == at::kFloat && x.is_contiguous(),
+                       double scale, bool relu, std::optional<Tensor> bias) {
+  TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == at::kFloat && x.is_contiguous() &&
+                  x.dim() >= 1,
               "x must be a contiguous float32 CPU tensor");
   TORCH_CHECK(cut >= 0 && cut < 65536, "cut must be in [0, 65536)");
   const float* r = nullptr;
@@ -69,6 +96,14 @@ Tensor dropout_forward(Tensor x, std::optional<Tensor> residual, int64_t seed, i
                     residual->is_contiguous() && residual->sizes() == x.sizes(),
                 "residual must be a contiguous float32 CPU tensor of x's shape");
     r = residual->data_ptr<float>();
+  }
+  const int64_t C = x.size(-1);
+  const float* b = nullptr;
+  if (bias) {
+    TORCH_CHECK(bias->device().is_cpu() && bias->scalar_type() == at::kFloat &&
+                    bias->is_contiguous() && bias->dim() == 1 && bias->size(0) == C,
+                "bias must be a contiguous float32 CPU tensor of x's last size");
+    b = bias->data_ptr<float>();
   }
   Tensor out = at::empty_like(x);
   const float* xp = x.data_ptr<float>();
@@ -81,8 +116,7 @@ Tensor dropout_forward(Tensor x, std::optional<Tensor> residual, int64_t seed, i
     for (int64_t ch = c0; ch < c1; ++ch) {
       const int64_t e0 = ch * 256;
       uniform16((uint64_t)seed, e0, u);
-      drop_chunk(xp + e0, r ? r + e0 : nullptr, op + e0, u, std::min<int64_t>(256, n - e0), thr,
-                 s, relu);
+      drop_chunk(xp, b, r, op, u, e0, std::min<int64_t>(256, n - e0), C, thr, s, relu);
     }
   });
   return out;

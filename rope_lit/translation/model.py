@@ -17,8 +17,8 @@ from .data import PAD, BOS, EOS
 # %% auto #0
 __all__ = ['POSITIONS', 'DROPOUT_PATH', 'DROPOUT_SOURCE', 'DECODER_PATH', 'DECODER_SOURCE', 'sinusoidal_table', 'uniform16',
            'dropout_seed', 'dropout_mask', 'native_dropout', 'dropout_add', 'FastDropout', 'FeedForward',
-           'EncoderLayer', 'DecoderLayer', 'Seq2SeqTransformer', 'linear_smoothed_ce', 'DecodingWeights',
-           'IncrementalDecoder', 'native_decoder', 'greedy_decode', 'beam_search', 'attention_maps']
+           'FastDropoutAttention', 'EncoderLayer', 'DecoderLayer', 'Seq2SeqTransformer', 'linear_smoothed_ce',
+           'DecodingWeights', 'IncrementalDecoder', 'native_decoder', 'greedy_decode', 'beam_search', 'attention_maps']
 
 # %% ../../nbs/11_mt_model.ipynb #e76e4b75
 POSITIONS = ('sinusoidal', 'rope', 'rope+cross', 'none', 'hexu')
@@ -82,17 +82,18 @@ def native_dropout(verbose:bool=False):   # print the compiler's commands and ou
 
 # %% ../../nbs/11_mt_model.ipynb #drop0003
 class _Dropout(torch.autograd.Function):
-    "residual + m ⊙ f(x); backward: the mask made again from the seed, or read off the output"
+    "residual + m ⊙ f(x + bias); backward: the mask made again from the seed, or read off the output"
     @staticmethod
-    def forward(ctx, x, residual, p, relu, seed, native):
+    def forward(ctx, x, residual, p, relu, seed, native, bias):
         cut = round(p * 65536)
         scale = 65536 / (65536 - cut)
         ext = native_dropout() if native and x.dtype == torch.float32 else None
-        if ext is not None and (residual is None or residual.dtype == x.dtype):
-            r = None if residual is None else residual.contiguous()
-            out = ext.dropout_forward(x.contiguous(), r, seed, cut, scale, relu)
+        if ext is not None and all(t is None or t.dtype == x.dtype for t in (residual, bias)):
+            r, b = (None if t is None else t.contiguous() for t in (residual, bias))
+            out = ext.dropout_forward(x.contiguous(), r, seed, cut, scale, relu, b)
         else:
-            out = (F.relu(x) if relu else x) * dropout_mask(x.shape, p, x.dtype, x.device, seed)
+            v = x if bias is None else x + bias
+            out = (F.relu(v) if relu else v) * dropout_mask(x.shape, p, x.dtype, x.device, seed)
             if residual is not None: out = residual + out
             ext = None                        # the backward pass takes the same path
         ctx.args, ctx.ext, ctx.dtype = (p, seed, cut, scale, relu), ext, x.dtype
@@ -108,9 +109,10 @@ class _Dropout(torch.autograd.Function):
             gx = (ctx.ext.dropout_relu_backward(g.contiguous(), y, scale) if ctx.ext is not None
                   else torch.where(y > 0, g * scale, 0.0))
         elif ctx.ext is not None:
-            gx = ctx.ext.dropout_forward(g.contiguous(), None, seed, cut, scale, False)
+            gx = ctx.ext.dropout_forward(g.contiguous(), None, seed, cut, scale, False, None)
         else: gx = g * dropout_mask(g.shape, p, ctx.dtype, g.device, seed)
-        return gx, g if ctx.needs_input_grad[1] else None, None, None, None, None
+        gb = gx.sum(tuple(range(gx.ndim - 1))) if ctx.needs_input_grad[6] else None  # ∂/∂bias
+        return gx, g if ctx.needs_input_grad[1] else None, None, None, None, None, gb
 
 def dropout_add(
     x:Tensor,                     # the input
@@ -119,19 +121,24 @@ def dropout_add(
     relu:bool=False,              # ReLU before the dropout (no `residual` then)
     seed:int|None=None,           # the mask's counter start; None: `dropout_seed()`
     native:bool|None=None,        # None: the native kernel where it can be built (float32)
-)->Tensor:                        # residual + dropout(ReLU(x)), in training mode
-    "Dropout of `x` (after a ReLU) plus `residual`, one pass on the CPU; the mask is not stored"
+    bias:Tensor|None=None,        # (x.shape[-1],) added to x first
+)->Tensor:                        # residual + dropout(ReLU(x + bias)), in training mode
+    "Dropout of `x` (plus a bias, after a ReLU) plus `residual`, one pass on the CPU; the mask is not stored"
     if relu and residual is not None: raise ValueError("relu=True takes no residual")
     if not 0.0 <= p <= 1.0: raise ValueError(f"p must be in [0, 1], got {p!r}")
+    if bias is not None and (bias.ndim != 1 or bias.shape[0] != x.shape[-1]):
+        raise ValueError(f"bias must have shape ({x.shape[-1]},) (x's last size), "
+                         f"got {tuple(bias.shape)}")
     if native and (x.dtype != torch.float32 or x.device.type != 'cpu' or native_dropout() is None):
         raise RuntimeError("native=True: the native dropout takes float32 CPU tensors and a "
                            f"compiler (got {x.dtype} on {x.device}; native_dropout(verbose=True) "
                            "shows the build)")
     if round(p * 65536) >= 65536:                             # p = 1: everything dropped
-        y = (F.relu(x) if relu else x) * 0.0
+        v = x if bias is None else x + bias
+        y = (F.relu(v) if relu else v) * 0.0
         return y if residual is None else residual + y
     if seed is None: seed = dropout_seed(x.device)
-    return _Dropout.apply(x, residual, float(p), bool(relu), seed, native is not False)
+    return _Dropout.apply(x, residual, float(p), bool(relu), seed, native is not False, bias)
 
 class FastDropout(nn.Module):
     "Dropout with `dropout_add` on the CPU, `F.dropout` elsewhere and under `torch.compile`"
@@ -139,15 +146,21 @@ class FastDropout(nn.Module):
         super().__init__()
         if not 0.0 <= p <= 1.0: raise ValueError(f"p must be in [0, 1], got {p!r}")
         self.p = float(p)
+    def fused(self, x:Tensor)->bool:
+        "Whether `forward(x)` is one pass of `dropout_add` (CPU, training, not compiling)"
+        return (self.training and self.p > 0 and x.device.type == 'cpu'
+                and not torch.compiler.is_compiling())
     def forward(self,
         x:Tensor,                  # the input
         residual:Tensor|None=None, # added to the result
         relu:bool=False,           # ReLU before the dropout
-    )->Tensor:                     # residual + dropout(ReLU(x))
-        cpu = x.device.type == 'cpu' and not torch.compiler.is_compiling()
-        if self.training and self.p and cpu:
-            if relu and residual is not None: x, relu = F.relu(x), False
-            return dropout_add(x, self.p, residual, relu)
+        bias:Tensor|None=None,     # added to x first
+    )->Tensor:                     # residual + dropout(ReLU(x + bias))
+        if self.fused(x):
+            if relu and residual is not None:   # the ReLU first, then one pass
+                x, relu, bias = F.relu(x if bias is None else x + bias), False, None
+            return dropout_add(x, self.p, residual, relu, bias=bias)
+        if bias is not None: x = x + bias
         y = F.relu(x) if relu else x
         if self.training and self.p: y = F.dropout(y, self.p, True)   # compiled: no graph break
         return y if residual is None else residual + y
@@ -160,14 +173,63 @@ class FeedForward(nn.Module):
         super().__init__()
         self.w1, self.w2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
         self.drop = FastDropout(dropout)
-    def forward(self, x:Tensor)->Tensor: return self.w2(self.drop(self.w1(x), relu=True))
+    def forward(self, x:Tensor)->Tensor:
+        if self.drop.fused(x):   # CPU training: w1's bias added in the dropout's pass
+            return self.w2(self.drop(F.linear(x, self.w1.weight), relu=True, bias=self.w1.bias))
+        return self.w2(self.drop(self.w1(x), relu=True))
+
+# %% ../../nbs/11_mt_model.ipynb #attnd02
+class _DropoutAttention(torch.autograd.Function):
+    "softmax(q kᵀ/√d + bias), the counter-based dropout on it, times v; (batch, heads, len, d) each"
+    @staticmethod
+    def forward(ctx, q, k, v, bias, p, seed):
+        B, H, T, D = q.shape
+        S, scale, none = k.shape[2], D ** -0.5, q.new_empty(())
+        q, k, v = (t.reshape(B * H, -1, D) for t in (q, k, v))     # head-major copies
+        s = torch.baddbmm(none, q, k.transpose(1, 2), beta=0, alpha=scale).view(B, H, T, S)
+        if bias is not None: s.add_(bias)
+        w = s.softmax(-1)                                          # P
+        out = torch.bmm(dropout_add(w, p, seed=seed).view(B * H, T, S), v)   # (m ⊙ P) V
+        ctx.save_for_backward(q, k, v, w)
+        ctx.args = p, seed, scale
+        return out.view(B, H, T, D)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        q, k, v, w = ctx.saved_tensors
+        (p, seed, scale), (B, H, T, S), none = ctx.args, w.shape, q.new_empty(())
+        g = g.reshape(B * H, T, -1)
+        gv = torch.bmm(dropout_add(w, p, seed=seed).view(B * H, T, S).transpose(1, 2), g)
+        gw = dropout_add(torch.bmm(g, v.transpose(1, 2)).view(B, H, T, S), p, seed=seed)
+        gs = torch._softmax_backward_data(gw, w, -1, w.dtype).view(B * H, T, S)  # S̄, one pass
+        gq = torch.baddbmm(none, gs, k, beta=0, alpha=scale)
+        gk = torch.baddbmm(none, gs.transpose(1, 2), q, beta=0, alpha=scale)
+        return gq.view(B, H, T, -1), gk.view(B, H, S, -1), gv.view(B, H, S, -1), None, None, None
+
+def _score_bias(mask:Tensor|None, is_causal:bool, q_len:int, kv_len:int, device)->Tensor|None|bool:
+    "The mask as 0 / -inf to add to the scores; False if some query would have no key (or a float mask)"
+    if is_causal: return torch.full((q_len, kv_len), float('-inf'), device=device).triu_(1)
+    if mask is None: return None
+    if mask.dtype != torch.bool or not bool(mask.any(-1).all()): return False
+    return torch.zeros(mask.shape, device=device).masked_fill_(~mask, float('-inf'))
+
+class FastDropoutAttention(RotaryMultiHeadAttention):
+    "`RotaryMultiHeadAttention` whose dropout on the weights is the counter-based one in CPU training"
+    def attend(self, q, k, v, mask, is_causal, dropout_p, need_weights):
+        if (dropout_p and not need_weights and q.device.type == 'cpu' and q.dtype == torch.float32
+                and k.shape[1] == q.shape[1] and not torch.compiler.is_compiling()):
+            bias = _score_bias(mask, is_causal, q.shape[2], k.shape[2], q.device)
+            if bias is not False:
+                return _DropoutAttention.apply(q, k, v, bias, dropout_p, dropout_seed()), None
+        return super().attend(q, k, v, mask, is_causal, dropout_p, need_weights)
 
 # %% ../../nbs/11_mt_model.ipynb #8525215f
 class EncoderLayer(nn.Module):
     "Pre-norm encoder layer: self-attention then feed-forward"
     def __init__(self, d_model:int, h:int, d_ff:int, dropout:float, **attn_kw):
         super().__init__()
-        self.self_attn = RotaryMultiHeadAttention(d_model, h, dropout=dropout, **attn_kw)
+        self.self_attn = FastDropoutAttention(d_model, h, dropout=dropout, **attn_kw)
         self.ff = FeedForward(d_model, d_ff, dropout)
         self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
         self.drop = FastDropout(dropout)
@@ -187,9 +249,9 @@ class DecoderLayer(nn.Module):
     def __init__(self, d_model:int, h:int, d_ff:int, dropout:float, cross_rope:bool=False,
                  **attn_kw):
         super().__init__()
-        self.self_attn = RotaryMultiHeadAttention(d_model, h, dropout=dropout, **attn_kw)
+        self.self_attn = FastDropoutAttention(d_model, h, dropout=dropout, **attn_kw)
         cross_kw = dict(attn_kw, rope=cross_rope) if cross_rope else dict(rope=False)
-        self.cross_attn = RotaryMultiHeadAttention(d_model, h, dropout=dropout, **cross_kw)
+        self.cross_attn = FastDropoutAttention(d_model, h, dropout=dropout, **cross_kw)
         self.ff = FeedForward(d_model, d_ff, dropout)
         self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
         self.norm3 = nn.LayerNorm(d_model)
@@ -325,6 +387,7 @@ def forward(self:Seq2SeqTransformer,
     tgt_in:Tensor,              # (batch, tgt_len) decoder input, `<s>` y_1 ... y_{n-1}
     tgt_out:Tensor|None=None,   # (batch, tgt_len) targets y_1 ... </s>: return the loss instead
     label_smoothing:float=0.0,  # ε of the loss (with `tgt_out`)
+    grad_scale:float|None=None, # the loss's gradient in backward (see `linear_smoothed_ce`)
 )->Tensor:   # logits (batch, tgt_len, vocab); with `tgt_out` the summed label-smoothed loss
     "Teacher-forced logits for `src` and decoder input `tgt_in`, or (with `tgt_out`) their loss"
     if tgt_out is None: return self.decode(tgt_in, *self.encode(src))
@@ -340,13 +403,13 @@ def forward(self:Seq2SeqTransformer,
     if torch.compiler.is_compiling():   # traced: the plain loss (no data-dependent chunk loop)
         return F.cross_entropy((h @ self.embed.weight.T).float().flatten(0, 1), tgt_out.flatten(),
                                ignore_index=PAD, label_smoothing=label_smoothing, reduction='sum')
-    return linear_smoothed_ce(h.flatten(0, 1), w, tgt_out.flatten(),
-                              label_smoothing)
+    return linear_smoothed_ce(h.flatten(0, 1), w, tgt_out.flatten(), label_smoothing,
+                              grad_scale=grad_scale)
 
 # %% ../../nbs/11_mt_model.ipynb #fd0a1b06
 class _LinearSmoothedCE(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h, w, target, eps, ignore_index, chunk, need_grad):
+    def forward(ctx, h, w, target, eps, ignore_index, chunk, need_grad, grad_scale):
         V, work = w.shape[0], torch.promote_types(h.dtype, torch.float32)  # float32, or float64
         want_h = need_grad and ctx.needs_input_grad[0]
         want_w = need_grad and ctx.needs_input_grad[1]
@@ -356,7 +419,10 @@ class _LinearSmoothedCE(torch.autograd.Function):
             keep = None
         total = torch.zeros((), dtype=work, device=h.device)
         grad_h = torch.empty_like(h) if want_h else None
-        grad_w = torch.zeros(w.shape, dtype=work, device=w.device) if want_w else None
+        grad_w = torch.empty(w.shape, dtype=work, device=w.device) if want_w else None
+        if want_w and h.shape[0] == 0: grad_w.zero_()
+        once = grad_scale is not None                     # hand the gradients over in backward
+        gs = 1.0 if not once else torch.tensor(grad_scale, dtype=work).item()  # rounded as g will be
         for s in range(0, h.shape[0], chunk):
             hc, t, k = h[s:s + chunk], target[s:s + chunk], None
             if keep is not None:
@@ -374,19 +440,25 @@ class _LinearSmoothedCE(torch.autograd.Function):
                 z.mul_(se.reciprocal()[:, None]).sub_(eps / V)
                 z.scatter_add_(1, t[:, None], z.new_full((len(t), 1), eps - 1))
                 if k is not None: z.mul_(k[:, None])
-                if want_h: torch.mm(z.to(h.dtype), w, out=grad_h[s:s + chunk])
-                if want_w: grad_w.addmm_(z.T, hc.to(work))
+                if want_h: grad_h[s:s + chunk].addmm_(z.to(h.dtype), w, beta=0, alpha=gs)
+                if want_w: grad_w.addmm_(z.T, hc.to(work), beta=0 if s == 0 else 1, alpha=gs)
         if want_h and rows is not None:
             grad_h = h_all.new_zeros(h_all.shape).index_copy_(0, rows, grad_h)
-        ctx.save_for_backward(grad_h, None if grad_w is None else grad_w.to(w.dtype))
+        # kept on ctx, not saved: backward may hand them over, and autograd add into them in place
+        ctx.grads, ctx.gs, ctx.once = [grad_h, None if grad_w is None else grad_w.to(w.dtype)], gs, once
         return total
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g):
-        grad_h, grad_w = ctx.saved_tensors
-        return (None if grad_h is None else grad_h * g, None if grad_w is None else grad_w * g,
-                None, None, None, None, None)
+        if ctx.grads is None: raise RuntimeError(
+            "linear_smoothed_ce with grad_scale: its backward pass ran already and handed over "
+            "its gradients; compute the loss again")
+        grads, rest = ctx.grads, (None,) * 6
+        if ctx.once and g.device.type == 'cpu' and g.item() == ctx.gs:   # as expected: no pass
+            ctx.grads = None
+            return (*grads, *rest)
+        return (*(None if t is None else t * (g / ctx.gs) for t in grads), *rest)
 
 def linear_smoothed_ce(
     h:Tensor,                   # (tokens, d) hidden states
@@ -395,6 +467,7 @@ def linear_smoothed_ce(
     smoothing:float=0.0,        # label smoothing ε, in [0, 1]
     ignore_index:int=PAD,       # targets that add nothing to the loss
     chunk:int|None=None,        # rows per chunk (default: about 4 MB of float32 logits)
+    grad_scale:float|None=None, # the gradient backward will get (1/n for loss / n), applied in the products
 )->Tensor:                      # scalar (float32, or float64): as `F.cross_entropy(..., reduction='sum')`
     "Label-smoothed cross-entropy of h wᵀ summed over the targets, without storing the logits"
     if h.ndim != 2 or w.ndim != 2 or h.shape[1] != w.shape[1] or target.shape != h.shape[:1]:
@@ -404,8 +477,12 @@ def linear_smoothed_ce(
     if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
         raise ValueError(f"chunk must be a positive int or None, got {chunk!r}")
     chunk = chunk or max(16, (1 << 20) // w.shape[0])
+    if grad_scale is not None and (isinstance(grad_scale, bool) or not isinstance(
+            grad_scale, (int, float)) or not (math.isfinite(grad_scale) and grad_scale > 0)):
+        raise ValueError(f"grad_scale must be a positive finite number or None, got {grad_scale!r}")
     need_grad = torch.is_grad_enabled() and (h.requires_grad or w.requires_grad)
-    return _LinearSmoothedCE.apply(h, w, target, float(smoothing), ignore_index, chunk, need_grad)
+    return _LinearSmoothedCE.apply(h, w, target, float(smoothing), ignore_index, chunk, need_grad,
+                                   None if grad_scale is None else float(grad_scale))
 
 # %% ../../nbs/11_mt_model.ipynb #f973cafc
 def _decode_weights(model:Seq2SeqTransformer, dtype:torch.dtype)->tuple[list[dict], dict]:

@@ -213,7 +213,8 @@ def train_step(
         ctx = net.no_sync() if not sync else contextlib.nullcontext()
         with ctx:
             if device.type == 'cpu':          # reads <s> y_1 ..., predicts y_1 ... </s>
-                loss = fwd(src, tgt[:, :-1], tgt[:, 1:], cfg.label_smoothing)  # fused head
+                loss = fwd(src, tgt[:, :-1], tgt[:, 1:], cfg.label_smoothing,  # fused head,
+                           1 / max(n_tgt, 1))   # its gradient scaled by 1/n_tgt as it is made
             else:
                 with torch.autocast(**amp): logits = fwd(src, tgt[:, :-1])
                 loss = smoothed_loss(logits, tgt[:, 1:], cfg.label_smoothing)
