@@ -1,7 +1,8 @@
 //@ part: header
 // rope_lit's native dropout for the translation model's training on the CPU (float32): the mask
 // comes from a counter-based generator, so the backward pass makes it again instead of storing it,
-// and a residual add or a ReLU before the dropout is done in the same pass.
+// and a bias add and a ReLU before the dropout, or a residual add after it, are done in the same
+// pass.
 // Built on first use by rope_lit.kernels, like the rotary kernel.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -123,8 +124,8 @@ Tensor dropout_forward(Tensor x, std::optional<Tensor> residual, int64_t seed, i
 }
 
 //@ part: relu_backward
-// The gradient of m ⊙ ReLU(x) from its output y: g·scale where y > 0, else 0. An element y > 0
-// was kept and had x > 0; every other one has gradient 0 (torch's ReLU takes 0 at x = 0 too).
+// The gradient of m ⊙ ReLU(x + b) from its output y: g·scale where y > 0, else 0. An element
+// y > 0 was kept and had x + b > 0; every other one has gradient 0 (torch's ReLU takes 0 at 0 too).
 static inline void relu_grad(const float* __restrict g, const float* __restrict y,
                              float* __restrict o, int64_t len, float s) {
 #pragma omp simd

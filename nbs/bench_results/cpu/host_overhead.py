@@ -100,7 +100,11 @@ def _case(shape, interleaved, mode, rounds, loop_ms):
         fns = dict(floor=grad(lambda: copy_qk(qg, kg)),
                    kernel=grad(lambda: rotary_qk_native(qg, kg, cos, sin, interleaved=interleaved)),
                    module=grad(lambda: rope(qg, kg)))
-    no_grad = mode == 'fwd'
+    return paired_times(fns, rounds, loop_ms, no_grad=mode == 'fwd')
+
+
+def paired_times(fns:dict, rounds:int, loop_ms:float, no_grad:bool):
+    "Paired rounds of the methods `fns` (name: call; one named 'module'): {name: [s per call, per round]}, n"
     for f in fns.values(): _loop(f, 3, no_grad)     # first calls: plans, caches, allocator
     m = 1                                          # calibrate on the module: a loop of about loop_ms
     while _loop(fns['module'], m, no_grad) * m < 1e-3 and m < 1 << 16: m *= 4
@@ -111,7 +115,8 @@ def _case(shape, interleaved, mode, rounds, loop_ms):
     gc.disable()
     try:
         for r in range(rounds):
-            for name in names[r % 3:] + names[:r % 3]:   # rotating order
+            k = r % len(names)
+            for name in names[k:] + names[:k]:       # rotating order
                 times[name].append(_loop(fns[name], n, no_grad))
     finally: gc.enable()
     return times, n
