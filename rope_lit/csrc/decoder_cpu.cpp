@@ -5,6 +5,9 @@
 // The matrix products go to ATen's `mm` (the BLAS kernel that `F.linear` uses); everything else
 // (layer norms, biases, RoPE, the key/value cache, both attentions, ReLU, residuals) is plain C++
 // on buffers allocated once. Built on first use by rope_lit.kernels, like the rotary kernel.
+//
+// It also holds the training loss's softmax over each row of logits (`smoothed_ce_rows`), which
+// uses the same exponential and the same one-pass maximum and sum.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/extension.h>
@@ -59,10 +62,9 @@ static inline float exp_shifted(float x) {
   return x < -87.3f ? 0.f : y * p;
 }
 
-// The index of the first maximum of l[0..n), a NaN counting as larger than any number (as
-// torch.argmax). One pass keeps 64 running maxima and sums in vector registers (a NaN anywhere
-// makes its sum NaN); then a scan, 64 entries at a time, for the first entry equal to the maximum.
-static inline int64_t argmax(const float* l, int64_t n) {
+// The maximum and the sum of l[0..n) in one pass: 64 running maxima and sums in vector registers
+// (a NaN anywhere makes the sum NaN; the maximum skips it).
+static inline void max_and_sum(const float* l, int64_t n, float& m, float& sum) {
   constexpr int L = 64;
   float mx[L], sm[L];
   for (int k = 0; k < L; ++k) { mx[k] = -std::numeric_limits<float>::infinity(); sm[k] = 0.f; }
@@ -70,9 +72,19 @@ static inline int64_t argmax(const float* l, int64_t n) {
   for (; j + L <= n; j += L)
 #pragma omp simd
     for (int k = 0; k < L; ++k) { mx[k] = std::max(mx[k], l[j + k]); sm[k] += l[j + k]; }
-  float m = -std::numeric_limits<float>::infinity(), sum = 0.f;
+  m = -std::numeric_limits<float>::infinity(), sum = 0.f;
   for (int k = 0; k < L; ++k) { m = std::max(m, mx[k]); sum += sm[k]; }
   for (; j < n; ++j) { m = std::max(m, l[j]); sum += l[j]; }
+}
+
+// The index of the first maximum of l[0..n), a NaN counting as larger than any number (as
+// torch.argmax): `max_and_sum`, then a scan, 64 entries at a time, for the first entry equal to
+// the maximum.
+static inline int64_t argmax(const float* l, int64_t n) {
+  constexpr int L = 64;
+  float m, sum;
+  max_and_sum(l, n, m, sum);
+  int64_t j;
   if (std::isnan(sum))   // a NaN, or +inf and -inf together: the first NaN if there is one
     for (j = 0; j < n; ++j) if (std::isnan(l[j])) return j;
   for (j = 0; j + L <= n; j += L) {
@@ -409,6 +421,47 @@ struct NativeDecoder {
   Tensor logits_floor;   // products_only's output, made on its first call
 };
 
+//@ part: loss
+// The label-smoothed cross-entropy of each row of the logits z (n, V), ε the smoothing:
+// ℓ = lse(z) − (1 − ε)·z_y − ε·mean(z), and with `grad` its gradient written over z,
+// ∂ℓ/∂z = softmax(z) − (1 − ε)·e_y − ε/V. One row at a time, while it is in the cache: its maximum
+// and sum, e^(z − max) and their sum, then the gradient. Returns the n losses.
+Tensor smoothed_ce_rows(Tensor z, Tensor target, double eps, bool grad) {
+  check(z.dim() == 2 && z.device().is_cpu() && z.scalar_type() == at::kFloat && z.is_contiguous(),
+        "z must be a contiguous (rows, vocab) float32 CPU tensor");
+  const int64_t n = z.size(0), V = z.size(1);
+  check(target.device().is_cpu() && target.scalar_type() == at::kLong && target.is_contiguous() &&
+            target.dim() == 1 && target.size(0) == n,
+        "target must be a contiguous int64 CPU tensor of z's rows");
+  const int64_t* tp = target.data_ptr<int64_t>();
+  for (int64_t r = 0; r < n; ++r)
+    check(tp[r] >= 0 && tp[r] < V, "target " + std::to_string(tp[r]) + " is not in [0, " +
+                                       std::to_string(V) + ")");
+  Tensor loss = at::empty({n}, z.options());
+  float* zp = z.data_ptr<float>();
+  float* lp = loss.data_ptr<float>();
+  const float e = (float)eps, off = (float)(eps / V);
+  at::parallel_for(0, n, std::max<int64_t>(1, 16384 / std::max<int64_t>(V, 1)),
+                   [=](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* row = zp + r * V;
+      float m, sum, se = 0.f;
+      max_and_sum(row, V, m, sum);
+      const float zy = row[tp[r]];
+#pragma omp simd reduction(+ : se)
+      for (int64_t j = 0; j < V; ++j) se += (row[j] = exp_shifted(row[j] - m));
+      const float lse = m + std::log(se);
+      lp[r] = (1.f - e) * (lse - zy) + e * (lse - sum / V);
+      if (!grad) continue;
+      const float inv = 1.f / se;
+#pragma omp simd
+      for (int64_t j = 0; j < V; ++j) row[j] = row[j] * inv - off;
+      row[tp[r]] += e - 1.f;
+    }
+  });
+  return loss;
+}
+
 //@ part: binding
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   pybind11::class_<NativeDecoder>(m, "NativeDecoder")
@@ -419,4 +472,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("step", &NativeDecoder::step)
       .def("greedy", &NativeDecoder::greedy)
       .def("products_only", &NativeDecoder::products_only);
+  m.def("smoothed_ce_rows", &smoothed_ce_rows);
 }

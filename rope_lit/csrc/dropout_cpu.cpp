@@ -2,7 +2,7 @@
 // rope_lit's native dropout for the translation model's training on the CPU (float32): the mask
 // comes from a counter-based generator, so the backward pass makes it again instead of storing it,
 // and a bias add and a ReLU before the dropout, or a residual add after it, are done in the same
-// pass.
+// pass (and, after a ReLU, the backward pass sums the bias's gradient in its pass).
 // Built on first use by rope_lit.kernels, like the rotary kernel.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <vector>
 
 using torch::Tensor;
 
@@ -126,23 +127,43 @@ Tensor dropout_forward(Tensor x, std::optional<Tensor> residual, int64_t seed, i
 //@ part: relu_backward
 // The gradient of m ⊙ ReLU(x + b) from its output y: g·scale where y > 0, else 0. An element
 // y > 0 was kept and had x + b > 0; every other one has gradient 0 (torch's ReLU takes 0 at 0 too).
+// With `bias_grad`, also the gradient of b, the column sums, in the same pass: each thread adds
+// its rows into its own sums, then the threads' sums are added.
 static inline void relu_grad(const float* __restrict g, const float* __restrict y,
-                             float* __restrict o, int64_t len, float s) {
+                             float* __restrict o, float* __restrict sum, int64_t len, float s) {
+  if (sum == nullptr) {
 #pragma omp simd
-  for (int64_t i = 0; i < len; ++i) o[i] = y[i] > 0.f ? g[i] * s : 0.f;
+    for (int64_t i = 0; i < len; ++i) o[i] = y[i] > 0.f ? g[i] * s : 0.f;
+  } else {
+#pragma omp simd
+    for (int64_t i = 0; i < len; ++i) { o[i] = y[i] > 0.f ? g[i] * s : 0.f; sum[i] += o[i]; }
+  }
 }
 
-Tensor dropout_relu_backward(Tensor g, Tensor y, double scale) {
+std::vector<Tensor> dropout_relu_backward(Tensor g, Tensor y, double scale, bool bias_grad) {
   TORCH_CHECK(g.device().is_cpu() && g.scalar_type() == at::kFloat && g.is_contiguous() &&
-                  y.scalar_type() == at::kFloat && y.is_contiguous() && g.sizes() == y.sizes(),
+                  y.scalar_type() == at::kFloat && y.is_contiguous() && g.sizes() == y.sizes() &&
+                  g.dim() >= 1,
               "g and y must be contiguous float32 CPU tensors of one shape");
   Tensor out = at::empty_like(g);
   const float* gp = g.data_ptr<float>();
   const float* yp = y.data_ptr<float>();
   float* op = out.data_ptr<float>();
   const float s = (float)scale;
-  at::parallel_for(0, g.numel(), 16384, [=](int64_t i0, int64_t i1) {
-    relu_grad(gp + i0, yp + i0, op + i0, i1 - i0, s);
+  if (!bias_grad) {
+    at::parallel_for(0, g.numel(), 16384, [=](int64_t i0, int64_t i1) {
+      relu_grad(gp + i0, yp + i0, op + i0, nullptr, i1 - i0, s);
+    });
+    return {out};
+  }
+  const int64_t C = g.size(-1), R = C ? g.numel() / C : 0;
+  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), R / 8));
+  Tensor sums = at::zeros({parts, C}, g.options());
+  float* sp = sums.data_ptr<float>();
+  at::parallel_for(0, parts, 1, [=](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      for (int64_t r = R * t / parts; r < R * (t + 1) / parts; ++r)
+        relu_grad(gp + r * C, yp + r * C, op + r * C, sp + t * C, C, s);
   });
-  return out;
+  return {out, parts == 1 ? sums[0] : sums.sum(0)};
 }

@@ -17,8 +17,9 @@ from .data import PAD, BOS, EOS
 # %% auto #0
 __all__ = ['POSITIONS', 'DROPOUT_PATH', 'DROPOUT_SOURCE', 'DECODER_PATH', 'DECODER_SOURCE', 'sinusoidal_table', 'uniform16',
            'dropout_seed', 'dropout_mask', 'native_dropout', 'dropout_add', 'FastDropout', 'FeedForward',
-           'FastDropoutAttention', 'EncoderLayer', 'DecoderLayer', 'Seq2SeqTransformer', 'linear_smoothed_ce',
-           'DecodingWeights', 'IncrementalDecoder', 'native_decoder', 'greedy_decode', 'beam_search', 'attention_maps']
+           'FastDropoutAttention', 'EncoderLayer', 'DecoderLayer', 'Seq2SeqTransformer', 'native_decoder',
+           'linear_smoothed_ce', 'DecodingWeights', 'IncrementalDecoder', 'greedy_decode', 'beam_search',
+           'attention_maps']
 
 # %% ../../nbs/11_mt_model.ipynb #e76e4b75
 POSITIONS = ('sinusoidal', 'rope', 'rope+cross', 'none', 'hexu')
@@ -104,14 +105,17 @@ class _Dropout(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, g):
         p, seed, cut, scale, relu = ctx.args
+        want_b, gb = ctx.needs_input_grad[6], None
         if relu:
             y, = ctx.saved_tensors
-            gx = (ctx.ext.dropout_relu_backward(g.contiguous(), y, scale) if ctx.ext is not None
-                  else torch.where(y > 0, g * scale, 0.0))
+            if ctx.ext is not None:   # with the bias's gradient (column sums) in the same pass
+                gx, *gb = ctx.ext.dropout_relu_backward(g.contiguous(), y, scale, want_b)
+                gb = gb[0] if gb else None
+            else: gx = torch.where(y > 0, g * scale, 0.0)
         elif ctx.ext is not None:
             gx = ctx.ext.dropout_forward(g.contiguous(), None, seed, cut, scale, False, None)
         else: gx = g * dropout_mask(g.shape, p, ctx.dtype, g.device, seed)
-        gb = gx.sum(tuple(range(gx.ndim - 1))) if ctx.needs_input_grad[6] else None  # ∂/∂bias
+        if want_b and gb is None: gb = gx.sum(tuple(range(gx.ndim - 1)))   # ∂/∂bias
         return gx, g if ctx.needs_input_grad[1] else None, None, None, None, None, gb
 
 def dropout_add(
@@ -406,11 +410,36 @@ def forward(self:Seq2SeqTransformer,
     return linear_smoothed_ce(h.flatten(0, 1), w, tgt_out.flatten(), label_smoothing,
                               grad_scale=grad_scale)
 
+# %% ../../nbs/11_mt_model.ipynb #natdec02
+DECODER_PATH = CPU_KERNEL_PATH.parent / 'decoder_cpu.cpp'   # beside the rotary kernel's source
+DECODER_SOURCE = DECODER_PATH.read_text(encoding='utf-8')   # what the build compiles
+
+def native_decoder(verbose:bool=False):   # print the compiler's commands and output
+    "The C++ decoding step and loss rows: built on first use, then cached; None if it can't be"
+    return native_extension(DECODER_SOURCE, 'rope_lit_decoder', 'native decoder',
+                            'decoding and the loss use PyTorch operations instead', None, verbose)
+
 # %% ../../nbs/11_mt_model.ipynb #fd0a1b06
+def _smoothed_ce_rows(z, t, k, eps, grad):
+    "The summed loss of the rows of logits z (weights k, or None) and, with `grad`, ∂ℓ/∂z over z"
+    V = z.shape[1]
+    zy, zbar = z.gather(1, t[:, None])[:, 0], z.mean(-1)
+    top = z.amax(-1, keepdim=True)
+    se = z.sub_(top).exp_().sum(-1)               # Σ_j e^(z_j − max): z is overwritten
+    lse = top[:, 0] + se.log()                    # log Σ_j e^(z_j)
+    row = (1 - eps) * (lse - zy) + eps * (lse - zbar)  # −(1−ε) log p_y − ε mean_j log p_j
+    if grad:                                      # ∂ℓ/∂z = softmax − (1−ε)·onehot − ε/V
+        z.mul_(se.reciprocal()[:, None]).sub_(eps / V)
+        z.scatter_add_(1, t[:, None], z.new_full((len(t), 1), eps - 1))
+        if k is not None: z.mul_(k[:, None])
+    return row.sum() if k is None else row @ k
+
 class _LinearSmoothedCE(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h, w, target, eps, ignore_index, chunk, need_grad, grad_scale):
+    def forward(ctx, h, w, target, eps, ignore_index, chunk, need_grad, grad_scale, native):
         V, work = w.shape[0], torch.promote_types(h.dtype, torch.float32)  # float32, or float64
+        cpu32 = h.device.type == 'cpu' and work == torch.float32
+        ext = native_decoder() if cpu32 and native is not False else None  # its smoothed_ce_rows
         want_h = need_grad and ctx.needs_input_grad[0]
         want_w = need_grad and ctx.needs_input_grad[1]
         keep, rows, h_all = target != ignore_index, None, h
@@ -430,18 +459,11 @@ class _LinearSmoothedCE(torch.autograd.Function):
                 t = t.masked_fill(~k, 0)                  # any ignore_index, even outside [0, V)
                 k = k.to(work)
             z = (hc @ w.T).to(work)                       # (chunk, V) logits
-            zy, zbar = z.gather(1, t[:, None])[:, 0], z.mean(-1)
-            top = z.amax(-1, keepdim=True)
-            se = z.sub_(top).exp_().sum(-1)               # Σ_j e^(z_j − max): z is overwritten
-            lse = top[:, 0] + se.log()                    # log Σ_j e^(z_j)
-            row = (1 - eps) * (lse - zy) + eps * (lse - zbar)  # −(1−ε) log p_y − ε mean_j log p_j
-            total += row.sum() if k is None else row @ k
-            if want_h or want_w:                          # ∂ℓ/∂z = softmax − (1−ε)·onehot − ε/V
-                z.mul_(se.reciprocal()[:, None]).sub_(eps / V)
-                z.scatter_add_(1, t[:, None], z.new_full((len(t), 1), eps - 1))
-                if k is not None: z.mul_(k[:, None])
-                if want_h: grad_h[s:s + chunk].addmm_(z.to(h.dtype), w, beta=0, alpha=gs)
-                if want_w: grad_w.addmm_(z.T, hc.to(work), beta=0 if s == 0 else 1, alpha=gs)
+            if ext is not None:                           # C++: loss, and ∂ℓ/∂z written over z
+                total += ext.smoothed_ce_rows(z, t, eps, want_h or want_w).sum()
+            else: total += _smoothed_ce_rows(z, t, k, eps, want_h or want_w)
+            if want_h: grad_h[s:s + chunk].addmm_(z.to(h.dtype), w, beta=0, alpha=gs)
+            if want_w: grad_w.addmm_(z.T, hc.to(work), beta=0 if s == 0 else 1, alpha=gs)
         if want_h and rows is not None:
             grad_h = h_all.new_zeros(h_all.shape).index_copy_(0, rows, grad_h)
         # kept on ctx, not saved: backward may hand them over, and autograd add into them in place
@@ -454,7 +476,7 @@ class _LinearSmoothedCE(torch.autograd.Function):
         if ctx.grads is None: raise RuntimeError(
             "linear_smoothed_ce with grad_scale: its backward pass ran already and handed over "
             "its gradients; compute the loss again")
-        grads, rest = ctx.grads, (None,) * 6
+        grads, rest = ctx.grads, (None,) * 7
         if ctx.once and g.device.type == 'cpu' and g.item() == ctx.gs:   # as expected: no pass
             ctx.grads = None
             return (*grads, *rest)
@@ -468,6 +490,7 @@ def linear_smoothed_ce(
     ignore_index:int=PAD,       # targets that add nothing to the loss
     chunk:int|None=None,        # rows per chunk (default: about 4 MB of float32 logits)
     grad_scale:float|None=None, # the gradient backward will get (1/n for loss / n), applied in the products
+    native:bool|None=None,      # float32 CPU rows in C++ (`smoothed_ce_rows`); None: if it builds
 )->Tensor:                      # scalar (float32, or float64): as `F.cross_entropy(..., reduction='sum')`
     "Label-smoothed cross-entropy of h wᵀ summed over the targets, without storing the logits"
     if h.ndim != 2 or w.ndim != 2 or h.shape[1] != w.shape[1] or target.shape != h.shape[:1]:
@@ -480,9 +503,15 @@ def linear_smoothed_ce(
     if grad_scale is not None and (isinstance(grad_scale, bool) or not isinstance(
             grad_scale, (int, float)) or not (math.isfinite(grad_scale) and grad_scale > 0)):
         raise ValueError(f"grad_scale must be a positive finite number or None, got {grad_scale!r}")
+    if native not in (None, True, False):
+        raise ValueError(f"native must be True, False or None, got {native!r}")
+    cpu32 = h.device.type == 'cpu' and torch.promote_types(h.dtype, torch.float32) == torch.float32
+    if native and not (cpu32 and native_decoder() is not None):
+        raise RuntimeError("native=True: the C++ loss rows take float32 CPU tensors and a compiler "
+                           f"(got {h.dtype} on {h.device}; see native_decoder(verbose=True))")
     need_grad = torch.is_grad_enabled() and (h.requires_grad or w.requires_grad)
     return _LinearSmoothedCE.apply(h, w, target, float(smoothing), ignore_index, chunk, need_grad,
-                                   None if grad_scale is None else float(grad_scale))
+                                   None if grad_scale is None else float(grad_scale), native)
 
 # %% ../../nbs/11_mt_model.ipynb #f973cafc
 def _decode_weights(model:Seq2SeqTransformer, dtype:torch.dtype)->tuple[list[dict], dict]:
@@ -636,16 +665,6 @@ def reorder(self:IncrementalDecoder,
         self.cross = [(k[rows], v[rows]) for k, v in self.cross]
         if self.mask_bias is not None: self.mask_bias = self.mask_bias[rows]
         if self.native: self._native_cross()
-
-# %% ../../nbs/11_mt_model.ipynb #natdec02
-DECODER_PATH = CPU_KERNEL_PATH.parent / 'decoder_cpu.cpp'   # beside the rotary kernel's source
-DECODER_SOURCE = DECODER_PATH.read_text(encoding='utf-8')   # what the build compiles
-
-def native_decoder(verbose:bool=False):   # print the compiler's commands and output
-    "The C++ decoding step: built on first use, then loaded from the cache; None if it can't be"
-    return native_extension(DECODER_SOURCE, 'rope_lit_decoder', 'native decoder',
-                            'decoding uses the PyTorch step instead', None, verbose)
-
 
 # %% ../../nbs/11_mt_model.ipynb #natdec16
 def _rope_config(r)->tuple|None:
