@@ -329,12 +329,15 @@ def results_table(rows:list, pairing=None, mode=None)->str:
 
 # %% ../nbs/04a_benchmark.ipynb #cff5a659
 def write_results(rows:list, notes:dict, meta:dict, out):
-    "Write results.csv, meta.json and plot.png into folder `out`"
+    "Write results.csv, meta.json and plot.png into folder `out`, each whole or not at all (`atomic_write`)"
+    import io
+    from rope_lit.cli_args import atomic_write
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
-    with open(out / 'results.csv', 'w', newline='') as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0])); w.writeheader(); w.writerows(rows)
-    (out / 'meta.json').write_text(json.dumps(dict(meta, skipped=notes), indent=1) + '\n')
-    plot_results(rows, out / 'plot.png')
+    table = io.StringIO()
+    w = csv.DictWriter(table, fieldnames=list(rows[0])); w.writeheader(); w.writerows(rows)
+    atomic_write(out / 'results.csv', table.getvalue())
+    atomic_write(out / 'meta.json', json.dumps(dict(meta, skipped=notes), indent=1) + '\n')
+    atomic_write(out / 'plot.png', write=lambda tmp: plot_results(rows, tmp))
     return out
 
 def read_results(out)->tuple:

@@ -8,9 +8,9 @@ Docs: https://rope-lit.github.io/rope_lit/bench_cli.html.md"""
 __all__ = ['CPU_TUNABLES', 'ENVIRONMENTS', 'DEFAULT_SHAPES', 'DEFAULT_DTYPE', 'METHOD_NAMES', 'cpu_environment', 'main']
 
 # %% ../nbs/04b_bench_cli.ipynb #569df4cd
-import argparse, csv, json, os, shlex, sys
+import argparse, csv, io, json, os, shlex, sys
 from pathlib import Path
-from .cli_args import Parser, number
+from .cli_args import Parser, number, atomic_write, refuse_overwrite
 
 CPU_TUNABLES = ('glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=268435456:'
                 'glibc.malloc.trim_threshold=4294967296')
@@ -126,6 +126,11 @@ def _parser():
         help='CUDA: also time every tile configuration of the Triton kernel at the first shape '
              '(sweep.csv)',
     )
+    ap.add_argument(
+        '--overwrite',
+        action='store_true',
+        help='replace the results already in --out (without it, a folder holding results is refused)',
+    )
     ap.add_argument('--no-progress', action='store_true', help='hide the progress bar')
     return ap
 
@@ -145,6 +150,7 @@ def _child_argv(args, out)->list:
     if args.methods: argv += ['--methods', *args.methods]
     if args.repeats: argv += ['--repeats', str(args.repeats)]
     if args.sweep: argv.append('--sweep')
+    if args.overwrite: argv.append('--overwrite')
     if args.no_progress: argv.append('--no-progress')
     return argv
 
@@ -171,18 +177,23 @@ def _run_environments(
     from rope_lit.bench import read_results, write_results
     metas = {}
     with tempfile.TemporaryDirectory() as tmp:
+        def merge(name):   # the shapes the child finished (it writes after each one) go into `out`
+            if not (Path(tmp) / name / 'meta.json').exists(): return
+            part, meta = read_results(Path(tmp) / name)
+            rows.extend(part); notes.update(meta.pop('skipped', {})); metas[name] = meta
+            write_results(rows, notes, _merged_meta(metas, command), out)
         for name in envs:
             env = {k: v for k, v in os.environ.items() if k != 'GLIBC_TUNABLES'}
             if name == 'glibc': env['GLIBC_TUNABLES'] = CPU_TUNABLES
             child = [sys.executable, '-c', 'from rope_lit.bench_cli import main; main()',
                      *_child_argv(args, Path(tmp) / name), '--environments', name]
-            done = subprocess.run(child, env=env, stdout=subprocess.DEVNULL)  # progress: stderr
+            try: done = subprocess.run(child, env=env, stdout=subprocess.DEVNULL)  # progress: stderr
+            except KeyboardInterrupt:   # Ctrl-C reaches the child too: keep what it finished
+                merge(name); raise
+            merge(name)
             if done.returncode:
                 sys.exit(f"rope-lit-bench: the run in environment {name!r} failed "
                          f"(exit status {done.returncode})")
-            part, meta = read_results(Path(tmp) / name)
-            rows += part; notes.update(meta.pop('skipped', {})); metas[name] = meta
-            write_results(rows, notes, _merged_meta(metas, command), out)
 
 # %% ../nbs/04b_bench_cli.ipynb #0676e3f2
 def main(argv=None):
@@ -197,6 +208,9 @@ def main(argv=None):
         )
     if args.environments and args.device != 'cpu':
         ap.error(f"argument --environments: only with --device cpu, got --device {args.device}")
+    out = Path(args.out or Path('bench_results') / args.device)
+    refuse_overwrite(ap, out, ('results.csv', 'meta.json', 'plot.png')
+                     + (('sweep.csv',) if args.sweep else ()), args.overwrite)
     import torch  # only now: --help and argument errors return at once
     from rope_lit.bench import hardware, run_benchmark, write_results, sweep_tiles, results_table
 
@@ -231,7 +245,7 @@ def main(argv=None):
             else 'triton.testing.do_bench (CUDA events, L2 flushed) + end-to-end loop of 200 calls'
         ),
     )
-    rows, notes, out = [], {}, Path(args.out or Path('bench_results') / args.device)
+    rows, notes = [], {}
     try:
         if args.device == 'cpu' and envs != [cpu_environment()]:  # each in a fresh process
             command = shlex.join(['rope-lit-bench', *(sys.argv[1:] if argv is None else argv)])
@@ -252,10 +266,11 @@ def main(argv=None):
         sys.exit(f"rope-lit-bench: interrupted: {kept}")
     if args.sweep:
         sw = sweep_tiles(shapes[0], dtype) + sweep_tiles(shapes[0], dtype, interleaved=True)
-        with open(out / 'sweep.csv', 'w', newline='') as fh:
-            w = csv.DictWriter(fh, fieldnames=list(sw[0]))
-            w.writeheader()
-            w.writerows(sw)
+        table = io.StringIO()
+        w = csv.DictWriter(table, fieldnames=list(sw[0]))
+        w.writeheader()
+        w.writerows(sw)
+        atomic_write(out / 'sweep.csv', table.getvalue())
     print(results_table(rows))
     if notes:
         print('skipped:', json.dumps(notes))

@@ -402,12 +402,13 @@ def save_results(
     out_dir,       # folder for results.json, results.md and ppl_vs_context.png
 )->Path:           # the folder
     "Write the results as JSON, a markdown table with its provenance, and the plot"
+    from rope_lit.cli_args import atomic_write   # each file whole or not at all
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
-    (out/'results.json').write_text(json.dumps(results, indent=1))
+    atomic_write(out/'results.json', json.dumps(results, indent=1))
     p = results.get('provenance', {})
     train = '\n'.join(f"- {t['scheme']} (seed {t['seed']}): {t['parameters']} parameters, {t['train_seconds']} s, final train loss {t['final_train_loss']}" for t in results['train'])
-    (out/'results.md').write_text(f"Command: `{p.get('command')}`  \nDate: {p.get('date')}  \nHardware: {p.get('hardware')}\n\n"
-                                  f"{results_table(results)}\n\nTraining:\n\n{train}\n")
+    atomic_write(out/'results.md', f"Command: `{p.get('command')}`  \nDate: {p.get('date')}  \nHardware: {p.get('hardware')}\n\n"
+                                   f"{results_table(results)}\n\nTraining:\n\n{train}\n")
     import matplotlib.pyplot as plt
-    plt.close(plot_results(results, out/'ppl_vs_context.png'))
+    atomic_write(out/'ppl_vs_context.png', write=lambda tmp: plt.close(plot_results(results, tmp)))
     return out

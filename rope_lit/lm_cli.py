@@ -9,7 +9,7 @@ __all__ = ['SIZES', 'SCHEMES', 'VARIANT_NAMES', 'main']
 
 # %% ../nbs/14a_lm_cli.ipynb #3e1ffc98
 import argparse, sys
-from .cli_args import Parser, number, number_list
+from .cli_args import Parser, number, number_list, refuse_overwrite
 
 # the names of `SETTINGS`, `POSITIONS` and `VARIANTS`, here so that `--help` needs no torch
 # (a test keeps them equal)
@@ -60,6 +60,12 @@ def _parser():
         default='lm_results',
         help='folder for results.json, results.md and ppl_vs_context.png (default lm_results; '
              'written only when every model trained)',
+    )
+    ap.add_argument(
+        '--overwrite',
+        action='store_true',
+        help='replace the results already in --out (without it, a folder holding results is refused '
+             'before training)',
     )
     ap.add_argument(
         '--schemes',
@@ -154,6 +160,8 @@ def main(argv=None):
             f"argument --d-model: {d} must be a multiple of 2 x --n-heads ({2 * h}), so that each "
             "head has an even size"
         )
+    refuse_overwrite(ap, args.out, ('results.json', 'results.md', 'ppl_vs_context.png'),
+                     args.overwrite)   # before hours of training, not after
     import torch  # only now: --help and argument errors return at once
     from rope_lit.char_lm import run_experiment, save_results, results_table, _provenance
 

@@ -10,7 +10,7 @@ __all__ = ['PRESET_NAMES', 'POSITION_NAMES', 'SPLITS', 'build_parser', 'run_comm
 # %% ../../nbs/12a_mt_cli.ipynb #302560ca
 import argparse, json, os, re, signal, sys
 from pathlib import Path
-from ..cli_args import Parser, number
+from ..cli_args import Parser, number, atomic_write
 # torch and the model are imported in `run_command` only, so that --help and argument errors return at once;
 # these copies of `PRESETS`, `POSITIONS` and `MULTI30K_SPLITS` are checked against the originals in the tests
 PRESET_NAMES = ('tiny', 'cpu', 'base')
@@ -171,7 +171,7 @@ def run_command(args: argparse.Namespace) -> dict | list:
     else:
         summary = {'config': json.loads((Path(args.run_dir) / 'config.json').read_text())}
     summary.setdefault('results', {}).update(res)
-    path.write_text(json.dumps(summary, indent=1, ensure_ascii=False))
+    atomic_write(path, json.dumps(summary, indent=1, ensure_ascii=False))
     return res
 
 
@@ -188,10 +188,10 @@ def main(argv: list[str] | None = None):
     err = lambda msg, code=1: (print(f"rope-lit-translate: {msg}", file=sys.stderr), sys.exit(code))
     try:
         out = run_command(args)
-    except KeyboardInterrupt:  # outside training (which saves and raises TrainingInterrupted)
+    except KeyboardInterrupt:  # outside training, or a second signal during it (a first one saves)
         err(
-            "interrupted before training started or after its last checkpoint; nothing else was"
-            " saved",
+            "interrupted: stopped at once (before training started, after its last checkpoint, or"
+            " at a second Ctrl-C during training); only checkpoints already written were kept",
             130,
         )
     except Exception as e:
@@ -225,4 +225,3 @@ def main(argv: list[str] | None = None):
             for d, r in v.items()
         ]
         print('\n'.join(lines) or f"trained {out.get('steps')} steps (no evaluation)")
-

@@ -13,6 +13,7 @@ import torch, torch.nn.functional as F
 import torch.distributed as dist
 from torch import Tensor
 from tokenizers import Tokenizer
+from ..cli_args import atomic_write
 from sacrebleu.metrics import BLEU, CHRF
 from .data import (PAD, BOS, EOS, MULTI30K_SPLITS, read_parallel, synthetic_corpus, multi30k_dir,
                                        multi30k_download_dir,
@@ -352,10 +353,10 @@ def evaluate(
                    if progress and tqdm is not None else None)
             hyps = translate(model, tok, [s for s, _ in pairs], k, cfg.length_penalty, cfg.max_len, cfg.eval_batch, bar=bar)
             if bar is not None: bar.close()
-            (Path(run_dir)/f"hyp.{split}.{dec}{tag}.en").write_text(''.join(h + '\n' for h in hyps))
+            atomic_write(Path(run_dir)/f"hyp.{split}.{dec}{tag}.en", ''.join(h + '\n' for h in hyps))
             out[split][dec] = dict(score(hyps, [t for _, t in pairs]), n=len(pairs), seconds=round(time.time() - t0, 2),
                                    **({'beam_size': k, 'length_penalty': cfg.length_penalty} if k > 1 else {}))
-    (Path(run_dir)/'attention.json').write_text(json.dumps(example_attention(model, tok, EXAMPLE_DE, cfg.max_len), ensure_ascii=False))
+    atomic_write(Path(run_dir)/'attention.json', json.dumps(example_attention(model, tok, EXAMPLE_DE, cfg.max_len), ensure_ascii=False))
     out['example'] = dict(source=EXAMPLE_DE, reference=EXAMPLE_EN,
                           greedy=translate(model, tok, [EXAMPLE_DE], 1, max_len=cfg.max_len)[0],
                           beam=translate(model, tok, [EXAMPLE_DE], cfg.beam_size, cfg.length_penalty, cfg.max_len)[0])
@@ -390,9 +391,12 @@ class TrainingInterrupted(Exception):
 
 @contextlib.contextmanager
 def _signals_to(received:list):
-    "While active, SIGINT and SIGTERM only append their number to `received` (in the main thread; elsewhere a no-op)"
+    "While active, a first SIGINT or SIGTERM only appends its number to `received`; a second raises KeyboardInterrupt (main thread only)"
     if threading.current_thread() is not threading.main_thread(): yield; return
-    old = {s: signal.signal(s, lambda n, frame: received.append(n)) for s in (signal.SIGINT, signal.SIGTERM)}
+    def handler(n, frame):
+        received.append(n)
+        if len(received) > 1: raise KeyboardInterrupt   # asked again: stop now, not after the step
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try: yield
     finally:
         for s, h in old.items(): signal.signal(s, h)
@@ -430,7 +434,7 @@ def train(
             p.unlink() if p.is_symlink() or not p.is_dir() else shutil.rmtree(p)
     if main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir/'config.json').write_text(json.dumps(asdict(cfg), indent=1))
+        atomic_write(run_dir/'config.json', json.dumps(asdict(cfg), indent=1))
     if main and not (run_dir/'tokenizer.json').exists():
         train_tokenizer([x for p in splits['train'] for x in p], cfg.vocab_size).save(str(run_dir/'tokenizer.json'))
     if world > 1: dist.barrier()
@@ -543,6 +547,6 @@ def train(
     if main and cfg.final_eval:
         summary['results'] = evaluate(model, tok, cfg, run_dir, {s: splits[s] for s in ('val', 'test_2016_flickr')},
                                       progress=progress)
-        (run_dir/'results.json').write_text(json.dumps(summary, indent=1, ensure_ascii=False))
+        atomic_write(run_dir/'results.json', json.dumps(summary, indent=1, ensure_ascii=False))
     if world > 1: dist.barrier(); dist.destroy_process_group()
     return summary
