@@ -171,6 +171,7 @@ def _run_environments(
     rows:list,      # the merged rows, extended in place (an interrupted run keeps them)
     notes:dict,     # why methods were skipped, updated in place
     command:str,    # the command line, for meta.json
+    written=None,   # called after each write of `out`
 ):
     "Run the benchmark once per environment, each in a fresh process, and merge the results into `out`"
     import subprocess, tempfile
@@ -182,6 +183,7 @@ def _run_environments(
             part, meta = read_results(Path(tmp) / name)
             rows.extend(part); notes.update(meta.pop('skipped', {})); metas[name] = meta
             write_results(rows, notes, _merged_meta(metas, command), out)
+            if written: written()
         for name in envs:
             env = {k: v for k, v in os.environ.items() if k != 'GLIBC_TUNABLES'}
             if name == 'glibc': env['GLIBC_TUNABLES'] = CPU_TUNABLES
@@ -245,11 +247,17 @@ def main(argv=None):
             else 'triton.testing.do_bench (CUDA events, L2 flushed) + end-to-end loop of 200 calls'
         ),
     )
-    rows, notes = [], {}
+    rows, notes, saved = [], {}, [0]
+
+    def written():  # this run's rows are in `out`: an older sweep.csv is not this run's
+        saved[0] = len(rows)
+        if args.overwrite and not args.sweep:
+            (out / 'sweep.csv').unlink(missing_ok=True)
+
     try:
         if args.device == 'cpu' and envs != [cpu_environment()]:  # each in a fresh process
             command = shlex.join(['rope-lit-bench', *(sys.argv[1:] if argv is None else argv)])
-            _run_environments(args, envs, out, rows, notes, command)
+            _run_environments(args, envs, out, rows, notes, command, written)
         else:
             for shape in shapes:  # written after each shape: an interrupted run keeps what it measured
                 r, n = run_benchmark(args.device, [shape], dtype, args.pairings, args.modes,
@@ -257,10 +265,11 @@ def main(argv=None):
                 rows += r
                 notes.update(n)
                 write_results(rows, notes, meta, out)
+                written()
     except KeyboardInterrupt:
         kept = (
-            f"{out}/results.csv keeps the {len(rows)} measurements finished before it"
-            if rows
+            f"{out}/results.csv keeps the {saved[0]} measurements finished before it"
+            if saved[0]
             else "nothing was written"
         )
         sys.exit(f"rope-lit-bench: interrupted: {kept}")

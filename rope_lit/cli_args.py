@@ -8,7 +8,7 @@ Docs: https://rope-lit.github.io/rope_lit/cli_args.html.md"""
 __all__ = ['Parser', 'number', 'number_list', 'atomic_write', 'refuse_overwrite']
 
 # %% ../nbs/15_cli_args.ipynb #4a75b36f
-import argparse, math, os, tempfile
+import argparse, math, os, secrets
 from pathlib import Path
 
 # %% ../nbs/15_cli_args.ipynb #febef17f
@@ -58,21 +58,25 @@ def number_list(low=1):  # smallest value allowed
 
 # %% ../nbs/15_cli_args.ipynb #outw0002
 def atomic_write(
-    path,                      # the file to write
+    path,                      # the file to write (a symbolic link: the file it points to)
     data:str|bytes|None=None,  # its contents (text as UTF-8); None: `write` makes them
     write=None,                # write(tmp): writes the contents into file tmp (a figure's `savefig`, say)
 )->Path:                       # path
-    "Write `path` through a temporary file beside it renamed with `os.replace`: never half-written"
+    "Write `path` through a temporary file beside it, on disk before `os.replace` renames it: never half-written"
     if (data is None) == (write is None): raise ValueError("give data or write, not both or neither")
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    if path.exists(): mode = path.stat().st_mode & 0o777   # the file's own permissions, or as a new
-    else: umask = os.umask(0); os.umask(umask); mode = 0o666 & ~umask   # file gets them (not 0600)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    path = Path(path).resolve() if Path(path).is_symlink() else Path(path)
+    if path.exists() and not path.stat().st_mode & 0o222:   # no write permission for anyone
+        raise PermissionError(f"{path} is read-only (no write permission): not replaced")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}{path.suffix}"
+    # created as open() creates a file (mode 0o666 less the umask), or with the old file's mode
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, 'wb') as f:
             if data is not None: f.write(data.encode('utf-8') if isinstance(data, str) else data)
         if write is not None: write(tmp)
-        os.chmod(tmp, mode)
+        if path.exists(): os.chmod(tmp, path.stat().st_mode & 0o7777)
+        with open(tmp, 'rb+') as f: os.fsync(f.fileno())    # the contents on disk before the name
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp): os.remove(tmp)

@@ -141,7 +141,18 @@ def forward_calling(
     return f
 
 # %% ../nbs/06_transformers.ipynb #cdb580c5
-_SAVED = '_rope_lit_hf_saved'   # instance attribute: (had an instance forward, that forward)
+_SAVED = '_rope_lit_hf_saved'   # instance attribute: (slot, had it, its value before, what was put there)
+
+def _slot(m:nn.Module, name:str)->str:
+    "Where `m`'s patched forward goes: 'forward', or '_old_forward' under accelerate's hook wrapper"
+    put = m.__dict__.get(_SAVED, (None,) * 4)[3]   # a patch's forward counts as the class's
+    plain = lambda f: f is not None and (f is put or (getattr(f, '__func__', None) is type(m).forward
+                                                      and getattr(f, '__self__', None) is m))
+    own = m.__dict__.get('forward')
+    if own is None or plain(own): return 'forward'   # no instance forward, or the class's, bound
+    if plain(m.__dict__.get('_old_forward')): return '_old_forward'   # the wrapper calls it: it stays
+    raise TypeError(f"rope_lit.hf.patch: {name} ({type(m).__name__}) has a forward of its own on the "
+                    "instance, a wrapper rope_lit cannot see into; patch the model before wrapping it")
 
 def patch(
     model:nn.Module,        # a transformers model (any module whose attention calls
@@ -156,35 +167,39 @@ def patch(
     p = next(model.parameters(), None)
     select_backend(backend, p.device.type if p is not None else 'cpu')   # raises if unusable there
     plan, pairings = [], {}
-    for m in model.modules():
+    for name, m in model.named_modules():
         forward = rotary_forward(m)
         if forward is None: continue
         fn = forward.__globals__['apply_rotary_pos_emb']
         if fn not in pairings: pairings[fn] = pairing_of(fn, type(m).__name__)
-        plan.append((m, forward, pairings[fn]))
+        plan.append((m, forward, pairings[fn], _slot(m, name or type(model).__name__)))
     if not plan:
         raise ValueError(f"rope_lit.hf.patch: {type(model).__name__} has no attention module that "
                          "calls apply_rotary_pos_emb, so it has no RoPE for rope_lit to replace")
     unpatch(model)
-    for m, forward, (form, interleaved) in plan:
+    for m, forward, (form, interleaved), slot in plan:
         rotary = (make_apply_rotary_pos_emb(backend, interleaved, type(m).__name__) if form == 'qk'
                   else make_apply_rotary_pos_emb_single(backend))
-        m.__dict__[_SAVED] = ('forward' in m.__dict__, m.__dict__.get('forward'))
-        m.__dict__['forward'] = types.MethodType(forward_calling(forward, rotary), m)
+        put = types.MethodType(forward_calling(forward, rotary), m)
+        m.__dict__[_SAVED] = (slot, slot in m.__dict__, m.__dict__.get(slot), put)
+        m.__dict__[slot] = put
     return model
 
 # %% ../nbs/06_transformers.ipynb #7efcae1e
 def unpatch(
     model:nn.Module,        # a model, patched or not
 )->nn.Module:               # `model`, as it was before `patch`
-    "Undo `patch`: every module gets back exactly the `forward` it had"
+    "Undo `patch`: every module gets back exactly the `forward` (or `_old_forward`) it had"
     if not isinstance(model, nn.Module):
         raise TypeError(f"rope_lit.hf.unpatch needs a torch.nn.Module, got {type(model).__name__}")
     for m in model.modules():
         if _SAVED not in m.__dict__: continue
-        had_forward, forward = m.__dict__.pop(_SAVED)
-        if had_forward: m.__dict__['forward'] = forward
-        else: m.__dict__.pop('forward', None)
+        slot, had, before, put = m.__dict__.pop(_SAVED)
+        for name in ('forward', '_old_forward'):   # wherever the patch's forward is now
+            if m.__dict__.get(name) is not put: continue
+            if name == slot and had: m.__dict__[name] = before
+            elif name == 'forward': del m.__dict__[name]   # (a hook removed since: the class's again)
+            else: m.__dict__[name] = types.MethodType(type(m).forward, m)   # (a hook added since)
     return model
 
 def patched_modules(model:nn.Module)->list:
@@ -194,12 +209,13 @@ def patched_modules(model:nn.Module)->list:
 # %% ../nbs/06_transformers.ipynb #c1b6e7af
 def _swap_rotation(model:nn.Module, rotary)->nn.Module:
     "Patch `model` with the given `apply_rotary_pos_emb` (no checks: the benchmark's no-rotation reference)"
+    plan = [(m, forward, _slot(m, name or type(m).__name__)) for name, m in model.named_modules()
+            if (forward := rotary_forward(m)) is not None]   # every module first: a refusal changes nothing
     unpatch(model)
-    for m in model.modules():
-        forward = rotary_forward(m)
-        if forward is None: continue
-        m.__dict__[_SAVED] = ('forward' in m.__dict__, m.__dict__.get('forward'))
-        m.__dict__['forward'] = types.MethodType(forward_calling(forward, rotary), m)
+    for m, forward, slot in plan:
+        put = types.MethodType(forward_calling(forward, rotary), m)
+        m.__dict__[_SAVED] = (slot, slot in m.__dict__, m.__dict__.get(slot), put)
+        m.__dict__[slot] = put
     return model
 
 def _no_rotation(q, k, cos, sin, unsqueeze_dim=1): return q, k

@@ -460,7 +460,7 @@ class _LinearSmoothedCE(torch.autograd.Function):
                 k = k.to(work)
             z = (hc @ w.T).to(work)                       # (chunk, V) logits
             if ext is not None:                           # C++: loss, and ∂ℓ/∂z written over z
-                total += ext.smoothed_ce_rows(z, t, eps, want_h or want_w).sum()
+                total += ext.smoothed_ce_rows(z, t.contiguous(), eps, want_h or want_w).sum()
             else: total += _smoothed_ce_rows(z, t, k, eps, want_h or want_w)
             if want_h: grad_h[s:s + chunk].addmm_(z.to(h.dtype), w, beta=0, alpha=gs)
             if want_w: grad_w.addmm_(z.T, hc.to(work), beta=0 if s == 0 else 1, alpha=gs)
@@ -507,8 +507,12 @@ def linear_smoothed_ce(
         raise ValueError(f"native must be True, False or None, got {native!r}")
     cpu32 = h.device.type == 'cpu' and torch.promote_types(h.dtype, torch.float32) == torch.float32
     if native and not (cpu32 and native_decoder() is not None):
-        raise RuntimeError("native=True: the C++ loss rows take float32 CPU tensors and a compiler "
-                           f"(got {h.dtype} on {h.device}; see native_decoder(verbose=True))")
+        raise RuntimeError("native=True: the C++ loss rows take CPU tensors computed in float32 and a "
+                           f"compiler (got {h.dtype} on {h.device}; see native_decoder(verbose=True))")
+    if h.device.type == 'cpu' and target.numel():   # on the CPU a check costs no device sync
+        bad = target[(target != ignore_index) & ((target < 0) | (target >= w.shape[0]))]
+        if bad.numel(): raise ValueError(f"target holds {int(bad[0])}, which is neither a class in "
+                                         f"[0, {w.shape[0]}) nor ignore_index={ignore_index}")
     need_grad = torch.is_grad_enabled() and (h.requires_grad or w.requires_grad)
     return _LinearSmoothedCE.apply(h, w, target, float(smoothing), ignore_index, chunk, need_grad,
                                    None if grad_scale is None else float(grad_scale), native)

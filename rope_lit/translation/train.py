@@ -391,11 +391,16 @@ class TrainingInterrupted(Exception):
 
 @contextlib.contextmanager
 def _signals_to(received:list):
-    "While active, a first SIGINT or SIGTERM only appends its number to `received`; a second raises KeyboardInterrupt (main thread only)"
-    if threading.current_thread() is not threading.main_thread(): yield; return
+    "While active, SIGINT and SIGTERM append their number to `received`; one ≥ 1 s after the first raises KeyboardInterrupt"
+    if threading.current_thread() is not threading.main_thread(): yield; return   # (main thread only)
+    first = []
     def handler(n, frame):
         received.append(n)
-        if len(received) > 1: raise KeyboardInterrupt   # asked again: stop now, not after the step
+        if not first: first.append(time.monotonic())
+        # asked again: stop now, not after the step; but not for a launcher's copy of the same Ctrl-C
+        # (within 1 s), nor in a multi-process run, where one rank must not leave a collective
+        alone = not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
+        if len(received) > 1 and time.monotonic() - first[0] >= 1.0 and alone: raise KeyboardInterrupt
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try: yield
     finally:
