@@ -6,7 +6,7 @@ Docs: https://rope-lit.github.io/rope_lit/benchmark.html.md"""
 
 # %% auto #0
 __all__ = ['FLOOR', 'AUTOGRAD_FLOOR', 'OURS', 'Method', 'all_methods', 'available', 'run_benchmark', 'hardware', 'plot_results',
-           'results_table', 'write_results', 'read_results', 'sweep_tiles', 'targets', 'targets_table']
+           'results_table', 'csv_text', 'write_results', 'read_results', 'sweep_tiles', 'targets', 'targets_table']
 
 # %% ../nbs/04a_benchmark.ipynb #2cd1830f
 import argparse, csv, datetime, json, math, os, platform, statistics, sys, time
@@ -328,14 +328,18 @@ def results_table(rows:list, pairing=None, mode=None)->str:
     return '\n'.join(out)
 
 # %% ../nbs/04a_benchmark.ipynb #cff5a659
-def write_results(rows:list, notes:dict, meta:dict, out):
-    "Write results.csv, meta.json and plot.png into folder `out`, each whole or not at all (`atomic_write`)"
+def csv_text(rows:list)->str:
+    "`rows` (dicts with the same keys) as CSV text, a header line first"
     import io
-    from rope_lit.cli_args import atomic_write
-    out = Path(out); out.mkdir(parents=True, exist_ok=True)
     table = io.StringIO()
     w = csv.DictWriter(table, fieldnames=list(rows[0])); w.writeheader(); w.writerows(rows)
-    atomic_write(out / 'results.csv', table.getvalue())
+    return table.getvalue()
+
+def write_results(rows:list, notes:dict, meta:dict, out):
+    "Write results.csv, meta.json and plot.png into folder `out`, each whole or not at all (`atomic_write`)"
+    from rope_lit.cli_args import atomic_write
+    out = Path(out); out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / 'results.csv', csv_text(rows))
     atomic_write(out / 'meta.json', json.dumps(dict(meta, skipped=notes), indent=1) + '\n')
     atomic_write(out / 'plot.png', write=lambda tmp: plot_results(rows, tmp))
     return out

@@ -8,7 +8,7 @@ Docs: https://rope-lit.github.io/rope_lit/bench_cli.html.md"""
 __all__ = ['CPU_TUNABLES', 'ENVIRONMENTS', 'DEFAULT_SHAPES', 'DEFAULT_DTYPE', 'METHOD_NAMES', 'cpu_environment', 'main']
 
 # %% ../nbs/04b_bench_cli.ipynb #569df4cd
-import argparse, csv, io, json, os, shlex, sys
+import argparse, json, os, shlex, sys
 from pathlib import Path
 from .cli_args import Parser, number, atomic_write, refuse_overwrite
 
@@ -214,7 +214,8 @@ def main(argv=None):
     refuse_overwrite(ap, out, ('results.csv', 'meta.json', 'plot.png')
                      + (('sweep.csv',) if args.sweep else ()), args.overwrite)
     import torch  # only now: --help and argument errors return at once
-    from rope_lit.bench import hardware, run_benchmark, write_results, sweep_tiles, results_table
+    from rope_lit.bench import (hardware, run_benchmark, write_results, sweep_tiles, results_table,
+                                csv_text)
 
     if args.device == 'cuda' and not torch.cuda.is_available():
         ap.error(
@@ -275,11 +276,7 @@ def main(argv=None):
         sys.exit(f"rope-lit-bench: interrupted: {kept}")
     if args.sweep:
         sw = sweep_tiles(shapes[0], dtype) + sweep_tiles(shapes[0], dtype, interleaved=True)
-        table = io.StringIO()
-        w = csv.DictWriter(table, fieldnames=list(sw[0]))
-        w.writeheader()
-        w.writerows(sw)
-        atomic_write(out / 'sweep.csv', table.getvalue())
+        atomic_write(out / 'sweep.csv', csv_text(sw))
     print(results_table(rows))
     if notes:
         print('skipped:', json.dumps(notes))

@@ -132,16 +132,8 @@ def load_splits(cfg:TranslationConfig)->dict[str,list[tuple[str,str]]]:
 
 # %% ../../nbs/12_mt_train.ipynb #c403b1b4
 def atomic_save(obj, path:str|Path):
-    "`torch.save` `obj` to `path` atomically (temporary file + `os.replace`)"
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, 'wb') as f:
-            torch.save(obj, f); f.flush(); os.fsync(f.fileno())   # on disk before the rename
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp): os.remove(tmp)
-        raise
+    "`torch.save` `obj` to `path` atomically (`atomic_write`: temporary file, fsync, `os.replace`)"
+    atomic_write(path, write=lambda tmp: torch.save(obj, tmp))
 
 def rng_state()->dict:
     "The Python, torch CPU and CUDA RNG states"
