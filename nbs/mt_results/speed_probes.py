@@ -4,7 +4,9 @@ argv[2]: the JSON file to write. Run from `nbs/`: `python mt_results/speed_probe
 - dropout: `F.dropout` against `FastDropout` on (32, 20, 1024) float32, the matrix product that makes them, and a
   copy (`clone`) of them
 - train_compile: the small model's training step (`train_step`), eager against `torch.compile` of the model
-- train_profile: self CPU time per step of a few operators under torch.profiler (small model)
+- train_profile: self CPU time per step of a few operators under torch.profiler (small model); no longer quoted:
+  the profiler's first steps in a process count page faults as operator time (see floor_methods.py), and
+  train_breakdown.py times each operator call instead
 - decode: one sentence to 72 tokens, small and base: `greedy_decode`, the decoder's own matrix-vector products with
   their biases (nothing else), and `decode_weight_floor`; small only: a static-shape step (masked cache), eager and
   compiled with inductor's C++ wrapper

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json, math, os, platform, statistics, time
 from pathlib import Path
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from .data import PAD, BOS, EOS
 from .model import Seq2SeqTransformer, DecodingWeights, greedy_decode
 from .model import IncrementalDecoder
@@ -17,9 +18,9 @@ from .train import make_config, make_optimizer, train_step, tune_cpu_malloc
 import torch.nn.functional as F
 
 # %% auto #0
-__all__ = ['MATMUL_OPS', 'AT_REFERENCE', 'benchmark_training', 'training_matmul_seconds', 'benchmark_decoding',
-           'decode_weight_floor', 'speed_table', 'load_run', 'runs_table', 'scheme_table', 'plot_curves',
-           'attention_grid', 'plot_attention']
+__all__ = ['MATMUL_OPS', 'AT_REFERENCE', 'benchmark_training', 'ProductTimer', 'training_matmul_seconds', 'training_seconds',
+           'benchmark_decoding', 'decode_weight_floor', 'speed_table', 'load_run', 'runs_table', 'scheme_table',
+           'plot_curves', 'attention_grid', 'plot_attention']
 
 # %% ../../nbs/13_mt_results.ipynb #6b05d7c0
 def _training_step(N, d_model, d_ff, h, vocab_size, batch, src_len, tgt_len, position):
@@ -46,43 +47,54 @@ def benchmark_training(
         step()
     return batch * (src_len + tgt_len) * steps / (time.perf_counter() - t0)
 
-# %% ../../nbs/13_mt_results.ipynb #1494c7b5
-import contextlib, sys
-
-@contextlib.contextmanager
-def _quiet_native_output():
-    "Send the process's own stdout and stderr (file descriptors 1 and 2) to /dev/null while active"
-    # torch.profiler's native layer (Kineto) prints `USDT … profiler_start` lines, and an `ERROR: External init
-    # callback …` line when used from a thread; they say nothing about the result
-    sys.stdout.flush(); sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    null = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(null, 1); os.dup2(null, 2)
-        yield
-    finally:
-        os.dup2(saved[0], 1); os.dup2(saved[1], 2)
-        for fd in (*saved, null): os.close(fd)
-
-
 # %% ../../nbs/13_mt_results.ipynb #25c07df2
-MATMUL_OPS = ('aten::mm', 'aten::addmm', 'aten::addmm_', 'aten::bmm', 'aten::baddbmm')
+MATMUL_OPS = ('mm', 'addmm', 'addmm_', 'bmm', 'baddbmm')   # aten operators timed as matrix products
+
+class ProductTimer(TorchDispatchMode):
+    "While active, adds up the time of every call to an operator in `MATMUL_OPS` (forward and backward)"
+    def __init__(self):
+        super().__init__()
+        self.seconds, self.calls = 0.0, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ not in MATMUL_OPS: return func(*args, **(kwargs or {}))
+        t0 = time.perf_counter()
+        out = func(*args, **(kwargs or {}))
+        self.seconds += time.perf_counter() - t0
+        self.calls += 1
+        return out
 
 def training_matmul_seconds(
     N:int=3, d_model:int=256, d_ff:int=1024, h:int=4, vocab_size:int=8000, # model size
     batch:int=32, src_len:int=20, tgt_len:int=20, # batch
-    steps:int=3, warmup:int=2,  # profiled and untimed steps
+    steps:int=5, warmup:int=3,  # timed and untimed steps, all under the timer
     position:str='sinusoidal',  # position scheme
 )->float:                       # seconds per step inside matrix products
-    "Seconds per training step in matrix products (self CPU time of `MATMUL_OPS`, `torch.profiler`)"
+    "Seconds per training step in matrix products (`ProductTimer`)"
+    step = _training_step(N, d_model, d_ff, h, vocab_size, batch, src_len, tgt_len, position)
+    with ProductTimer() as timer:
+        for i in range(warmup + steps):
+            if i == warmup: timer.seconds = 0.0
+            step()
+    return timer.seconds / steps
+
+def training_seconds(
+    N:int=3, d_model:int=256, d_ff:int=1024, h:int=4, vocab_size:int=8000, # model size
+    batch:int=32, src_len:int=20, tgt_len:int=20, # batch
+    steps:int=5, warmup:int=3,  # timed steps (each way) and untimed ones
+    position:str='sinusoidal',  # position scheme
+)->tuple[float, float]:         # median seconds per step, seconds per step in matrix products
+    "A training step's time and its time in matrix products, measured on the same model one after the other"
     step = _training_step(N, d_model, d_ff, h, vocab_size, batch, src_len, tgt_len, position)
     for _ in range(warmup): step()
-    with _quiet_native_output():   # the profiler's own log lines
-        from torch.profiler import profile, ProfilerActivity
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            for _ in range(steps): step()
-    in_matmul = sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in MATMUL_OPS)
-    return in_matmul / 1e6 / steps
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter(); step(); times.append(time.perf_counter() - t0)
+    with ProductTimer() as timer:
+        step()                    # the timer's first step, untimed
+        timer.seconds = 0.0
+        for _ in range(steps): step()
+    return statistics.median(times), timer.seconds / steps
 
 # %% ../../nbs/13_mt_results.ipynb #d71ead10
 def benchmark_decoding(
