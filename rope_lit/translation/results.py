@@ -189,16 +189,16 @@ def speed_table(vs:dict, kind:str='train')->str:
         elif kind == 'train_floor':
             step = vs.get('tokens_per_step', 32 * 40) / b['ours_train']
             r = step / b['ours_matmul_s']
-            cells = [f"{step:.3f}", f"{b['ours_matmul_s']:.3f}", f"{r:.3f}×", met(r, 1.3)]
+            cells = [f"{step:.4f}", f"{b['ours_matmul_s']:.4f}", f"{r:.3f}×", met(r, 1.3)]   # ratio of these
         elif kind == 'decode':
             cells = [f"{ref['decode_s']}", f"{b['at_decode']:.3f}", f"{b['ours_decode']:.3f}",
                      f"{b['at_decode'] / b['ours_decode']:.1f}×", f"{b['ours_decode_uncached']:.3f}",
                      f"{b['ours_decode_uncached'] / b['ours_decode']:.1f}×"]
         elif kind == 'decode_floor':
             r = b['ours_decode'] / b['floor_decode']
-            cells = [f"{b['floor_decode']:.3f}", f"{b['ours_decode']:.3f}", f"{r:.3f}×", met(r, 1.2),
-                     f"{b['floor_decode_cpp']:.3f}", f"{b['ours_decode'] / b['floor_decode_cpp']:.2f}×",
-                     f"{b['ours_decode_pytorch']:.3f}",
+            cells = [f"{b['floor_decode']:.4f}", f"{b['ours_decode']:.4f}", f"{r:.3f}×", met(r, 1.2),
+                     f"{b['floor_decode_cpp']:.4f}", f"{b['ours_decode'] / b['floor_decode_cpp']:.2f}×",
+                     f"{b['ours_decode_pytorch']:.4f}",
                      f"{b['ours_decode_pytorch'] / b['floor_decode']:.2f}×"]
         else:
             cells = [f"{b['floor_decode_bf16']:.3f}", f"{b['ours_decode_bf16']:.3f}",
