@@ -33,6 +33,11 @@ def _training_step(N, d_model, d_ff, h, vocab_size, batch, src_len, tgt_len, pos
     tgt = torch.randint(4, vocab_size, (batch, tgt_len + 1))
     return lambda: train_step(model, model, opt, sched, [(src, tgt)], cfg, torch.device('cpu'))
 
+def _check_steps(steps, warmup):
+    for name, v, least in (('steps', steps, 1), ('warmup', warmup, 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < least:
+            raise ValueError(f"{name} must be an int >= {least}, got {v!r}")
+
 def benchmark_training(
     N:int=3, d_model:int=256, d_ff:int=1024, h:int=4, # model size
     vocab_size:int=8000,        # shared vocabulary
@@ -41,6 +46,7 @@ def benchmark_training(
     position:str='sinusoidal',  # position scheme
 )->float:                       # source+target tokens per second
     "Tokens/s of our training step (forward, label-smoothed loss, backward, Adam, Noam)"
+    _check_steps(steps, warmup)
     step = _training_step(N, d_model, d_ff, h, vocab_size, batch, src_len, tgt_len, position)
     for i in range(warmup + steps):
         if i == warmup: t0 = time.perf_counter()
@@ -51,7 +57,7 @@ def benchmark_training(
 MATMUL_OPS = ('mm', 'addmm', 'addmm_', 'bmm', 'baddbmm')   # aten operators timed as matrix products
 
 class ProductTimer(TorchDispatchMode):
-    "While active, adds up the time of every call to an operator in `MATMUL_OPS` (forward and backward)"
+    "While active, sums the time of each call to an operator in `MATMUL_OPS`, forward and backward"
     def __init__(self):
         super().__init__()
         self.seconds, self.calls = 0.0, 0
@@ -64,6 +70,10 @@ class ProductTimer(TorchDispatchMode):
         self.calls += 1
         return out
 
+    def reset(self):
+        "Start counting again from zero"
+        self.seconds, self.calls = 0.0, 0
+
 def training_matmul_seconds(
     N:int=3, d_model:int=256, d_ff:int=1024, h:int=4, vocab_size:int=8000, # model size
     batch:int=32, src_len:int=20, tgt_len:int=20, # batch
@@ -71,10 +81,11 @@ def training_matmul_seconds(
     position:str='sinusoidal',  # position scheme
 )->float:                       # seconds per step inside matrix products
     "Seconds per training step in matrix products (`ProductTimer`)"
+    _check_steps(steps, warmup)
     step = _training_step(N, d_model, d_ff, h, vocab_size, batch, src_len, tgt_len, position)
     with ProductTimer() as timer:
         for i in range(warmup + steps):
-            if i == warmup: timer.seconds = 0.0
+            if i == warmup: timer.reset()
             step()
     return timer.seconds / steps
 
@@ -84,7 +95,8 @@ def training_seconds(
     steps:int=5, warmup:int=3,  # timed steps (each way) and untimed ones
     position:str='sinusoidal',  # position scheme
 )->tuple[float, float]:         # median seconds per step, seconds per step in matrix products
-    "A training step's time and its time in matrix products, measured on the same model one after the other"
+    "A training step's time and its time in matrix products, one after the other on the same model"
+    _check_steps(steps, warmup)
     step = _training_step(N, d_model, d_ff, h, vocab_size, batch, src_len, tgt_len, position)
     for _ in range(warmup): step()
     times = []
@@ -92,7 +104,7 @@ def training_seconds(
         t0 = time.perf_counter(); step(); times.append(time.perf_counter() - t0)
     with ProductTimer() as timer:
         step()                    # the timer's first step, untimed
-        timer.seconds = 0.0
+        timer.reset()
         for _ in range(steps): step()
     return statistics.median(times), timer.seconds / steps
 
