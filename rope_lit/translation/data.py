@@ -6,8 +6,9 @@ Docs: https://rope-lit.github.io/rope_lit/mt_data.html.md"""
 
 # %% ../../nbs/10_mt_data.ipynb #634e5f5b
 from __future__ import annotations
-import gzip, hashlib, os, random, tempfile, urllib.request
+import gzip, hashlib, os, random, urllib.request
 from pathlib import Path
+from ..cli_args import atomic_write
 import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch import Tensor
@@ -167,9 +168,7 @@ def download_multi30k(
         if want is not None and got != want:
             raise ValueError(f"checksum mismatch for {name} from {base_url}: "
                              f"expected sha256 {want}, got {got}")
-        fd, tmp_name = tempfile.mkstemp(dir=cache_dir, prefix=f".{name}.")
-        with os.fdopen(fd, 'wb') as f: f.write(data)
-        os.replace(tmp_name, dest)   # atomic: never a half-written file under the real name
+        atomic_write(dest, data)   # never a half-written file under the real name
     return cache_dir
 
 # %% ../../nbs/10_mt_data.ipynb #0aab495e

@@ -433,7 +433,8 @@ def train(
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write(run_dir/'config.json', json.dumps(asdict(cfg), indent=1))
     if main and not (run_dir/'tokenizer.json').exists():
-        train_tokenizer([x for p in splits['train'] for x in p], cfg.vocab_size).save(str(run_dir/'tokenizer.json'))
+        new_tok = train_tokenizer([x for p in splits['train'] for x in p], cfg.vocab_size)
+        atomic_write(run_dir/'tokenizer.json', write=lambda tmp: new_tok.save(str(tmp)))   # whole or absent
     if world > 1: dist.barrier()
     tok = read_tokenizer(run_dir/'tokenizer.json')
     train_ex, val_ex = encode_pairs(tok, splits['train'], cfg.max_len), encode_pairs(tok, splits['val'], cfg.max_len)
