@@ -1,7 +1,8 @@
 """Where the small translation model's CPU training step spends its time, operator by operator.
 
 Every call to a PyTorch operator is timed from its start to its return by a `TorchDispatchMode`, the forward and the
-backward pass alike, and so is every call into rope_lit's C++ dropout and loss kernels; the times are summed by kind.
+backward pass alike, and so is every call into rope_lit's C++ dropout, layer norm and loss kernels; the times are
+summed by kind.
 What no timed call covers is Python, autograd's bookkeeping and dispatch (made larger here by the timing's own cost,
 which is why the step under the timing takes longer than without it). argv[1]: the folder holding rope_lit; argv[2]:
 the JSON file to write. From `nbs/`: `python mt_results/train_breakdown.py .. mt_results/train_breakdown.json`.
@@ -19,15 +20,17 @@ tune_cpu_malloc()
 KINDS = {  # operator (aten overload packet, or C++ kernel) -> kind
     **{op: 'matrix_products' for op in MATMUL_OPS},
     '_fused_adam_': 'adam', 'dropout_forward': 'dropout', 'dropout_relu_backward': 'dropout',
+    'dropout_backward': 'dropout', 'layer_norm_backward': 'layer_norm',
     'smoothed_ce_rows': 'loss_rows', 'clone': 'copies', 'copy_': 'copies',
     'native_layer_norm': 'layer_norm', 'native_layer_norm_backward': 'layer_norm',
     'add': 'additions', 'add_': 'additions', 'sum': 'bias_gradient_sums',
     '_softmax': 'softmax', '_softmax_backward_data': 'softmax'}
 seconds, calls = collections.Counter(), collections.Counter()
-on = [False]
+on, inside = [False], [0]   # counting; how deep in timed calls (operators a kernel calls count in its time)
 
 def record(name, t):
-    if on[0]: seconds[KINDS.get(name, 'other_operators')] += t; calls[KINDS.get(name, 'other_operators')] += 1
+    if on[0] and inside[0] == 0:
+        seconds[KINDS.get(name, 'other_operators')] += t; calls[KINDS.get(name, 'other_operators')] += 1
 
 class Timer(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -39,7 +42,10 @@ class Timed:   # a C++ extension module whose calls are timed
     def __getattr__(self, name):
         f = getattr(self.ext, name)
         def call(*a):
-            t0 = time.perf_counter(); out = f(*a); record(name, time.perf_counter() - t0); return out
+            inside[0] += 1
+            try: t0 = time.perf_counter(); out = f(*a); t = time.perf_counter() - t0
+            finally: inside[0] -= 1
+            record(name, t); return out
         return call
 
 drop, dec = Timed(M.native_dropout()), Timed(M.native_decoder())

@@ -2,7 +2,8 @@
 // rope_lit's native dropout for the translation model's training on the CPU (float32): the mask
 // comes from a counter-based generator, so the backward pass makes it again instead of storing it,
 // and a bias add and a ReLU before the dropout, or a residual add after it, are done in the same
-// pass (and, after a ReLU, the backward pass sums the bias's gradient in its pass).
+// pass (and the backward passes sum the bias's gradient in theirs). Beside it, the layer norm's
+// backward pass with the residual's gradient added, for the training step's sublayers.
 // Built on first use by rope_lit.kernels, like the rotary kernel.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -40,10 +41,10 @@ static inline void uniform16(uint64_t seed, int64_t first, int16_t* u) {
 // o = m ⊙ f(x + b) on one segment: m = s where u >= thr (thr = cut - 32768), else 0; f the
 // identity or ReLU; b a bias (Bias: the segment's columns) or nothing. A dropped element is
 // multiplied by 0, as torch's dropout does (NaN stays NaN).
+// o may be x (in place): each element is read before it is written.
 template <bool Relu, bool Bias>
-static inline void drop_seg(const float* __restrict x, const float* __restrict b,
-                            float* __restrict o, const int16_t* __restrict u, int64_t len,
-                            int16_t thr, float s) {
+static inline void drop_seg(const float* x, const float* __restrict b, float* o,
+                            const int16_t* __restrict u, int64_t len, int16_t thr, float s) {
 #pragma omp simd
   for (int64_t i = 0; i < len; ++i) {
     float v = Bias ? x[i] + b[i] : x[i];
@@ -84,10 +85,10 @@ static inline void drop_chunk(const float* x, const float* b, const float* r, fl
 }
 
 // residual + dropout(f(x + bias)) over the whole tensor, in chunks of 256 elements (one
-// `uniform16` each). The backward pass of a dropout without ReLU is this same call on the
-// gradient, with the same seed and no residual or bias.
+// `uniform16` each), into a new tensor or (inplace) into x. The backward pass of a dropout
+// without ReLU is this same call on the gradient, with the same seed and no residual or bias.
 Tensor dropout_forward(Tensor x, std::optional<Tensor> residual, int64_t seed, int64_t cut,
-                       double scale, bool relu, std::optional<Tensor> bias) {
+                       double scale, bool relu, std::optional<Tensor> bias, bool inplace) {
   TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == at::kFloat && x.is_contiguous() &&
                   x.dim() >= 1,
               "x must be a contiguous float32 CPU tensor");
@@ -107,7 +108,7 @@ Tensor dropout_forward(Tensor x, std::optional<Tensor> residual, int64_t seed, i
                 "bias must be a contiguous float32 CPU tensor of x's last size");
     b = bias->data_ptr<float>();
   }
-  Tensor out = at::empty_like(x);
+  Tensor out = inplace ? x : at::empty_like(x);
   const float* xp = x.data_ptr<float>();
   float* op = out.data_ptr<float>();
   const int64_t n = x.numel();
@@ -130,8 +131,9 @@ Tensor dropout_forward(Tensor x, std::optional<Tensor> residual, int64_t seed, i
 // With `bias_grad`, also the gradient of b, the column sums, in the same pass: each thread adds
 // its rows into its own sums, 64 rows at a time (so rounding grows with the number of blocks, not
 // of rows), then the threads' sums are added.
-static inline void relu_grad(const float* __restrict g, const float* __restrict y,
-                             float* __restrict o, float* __restrict sum, int64_t len, float s) {
+// With `inplace`, the gradient is written over g.
+static inline void relu_grad(const float* g, const float* __restrict y, float* o,
+                             float* __restrict sum, int64_t len, float s) {
   if (sum == nullptr) {
 #pragma omp simd
     for (int64_t i = 0; i < len; ++i) o[i] = y[i] > 0.f ? g[i] * s : 0.f;
@@ -141,12 +143,13 @@ static inline void relu_grad(const float* __restrict g, const float* __restrict 
   }
 }
 
-std::vector<Tensor> dropout_relu_backward(Tensor g, Tensor y, double scale, bool bias_grad) {
+std::vector<Tensor> dropout_relu_backward(Tensor g, Tensor y, double scale, bool bias_grad,
+                                          bool inplace) {
   TORCH_CHECK(g.device().is_cpu() && g.scalar_type() == at::kFloat && g.is_contiguous() &&
                   y.scalar_type() == at::kFloat && y.is_contiguous() && g.sizes() == y.sizes() &&
                   g.dim() >= 1,
               "g and y must be contiguous float32 CPU tensors of one shape");
-  Tensor out = at::empty_like(g);
+  Tensor out = inplace ? g : at::empty_like(g);   // inplace: over g
   const float* gp = g.data_ptr<float>();
   const float* yp = y.data_ptr<float>();
   float* op = out.data_ptr<float>();
@@ -175,4 +178,120 @@ std::vector<Tensor> dropout_relu_backward(Tensor g, Tensor y, double scale, bool
     }
   });
   return {out, parts == 1 ? sums[0] : sums.sum(0)};
+}
+
+//@ part: backward
+// The gradient of r + m ⊙ (x + b) for x (no ReLU): m ⊙ g, the mask made again from the seed.
+// With `bias_grad`, also its column sums, the gradient of b, in the same pass and in the same
+// order as `dropout_relu_backward` adds them.
+static inline void drop_sum(const float* __restrict g, float* __restrict o,
+                            const int16_t* __restrict u, float* __restrict sum, int64_t len,
+                            int16_t thr, float s) {
+#pragma omp simd
+  for (int64_t i = 0; i < len; ++i) { o[i] = g[i] * (u[i] >= thr ? s : 0.f); sum[i] += o[i]; }
+}
+
+std::vector<Tensor> dropout_backward(Tensor g, int64_t seed, int64_t cut, double scale,
+                                     bool bias_grad) {
+  if (!bias_grad)
+    return {dropout_forward(g, std::nullopt, seed, cut, scale, false, std::nullopt, false)};
+  TORCH_CHECK(g.device().is_cpu() && g.scalar_type() == at::kFloat && g.is_contiguous() &&
+                  g.dim() >= 1,
+              "g must be a contiguous float32 CPU tensor");
+  TORCH_CHECK(cut >= 0 && cut < 65536, "cut must be in [0, 65536)");
+  Tensor out = at::empty_like(g);
+  const int64_t C = g.size(-1), R = C ? g.numel() / C : 0;
+  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), R / 8));
+  Tensor sums = at::zeros({parts, C}, g.options());
+  const float* gp = g.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  float* sp = sums.data_ptr<float>();
+  const int16_t thr = (int16_t)(cut - 32768);
+  const float s = (float)scale;
+  at::parallel_for(0, parts, 1, [=](int64_t t0, int64_t t1) {
+    alignas(64) int16_t u[256];
+    std::vector<float> block(C);   // 64 rows at a time, then into the thread's sums
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t end = R * (t + 1) / parts;
+      for (int64_t r = R * t / parts; r < end; r += 64) {
+        std::fill(block.begin(), block.end(), 0.f);
+        const int64_t e1 = std::min(r + 64, end) * C;
+        int64_t have = -1;                          // the 256-element chunk u holds
+        for (int64_t e = r * C; e < e1;) {
+          const int64_t ch = e / 256, col = e % C;
+          if (ch != have) { uniform16((uint64_t)seed, ch * 256, u); have = ch; }
+          const int64_t len = std::min({e1 - e, (ch + 1) * 256 - e, C - col});
+          drop_sum(gp + e, op + e, u + (e - ch * 256), block.data() + col, len, thr, s);
+          e += len;
+        }
+        float* sum = sp + t * C;
+        for (int64_t c = 0; c < C; ++c) sum[c] += block[c];
+      }
+    }
+  });
+  return {out, parts == 1 ? sums[0] : sums.sum(0)};
+}
+
+//@ part: layer_norm_backward
+// The backward pass of y = LN(x) = (x - μ)·r ⊙ w + b over rows of C elements (μ and r = 1/σ of each
+// row from the forward pass), plus the gradient `gres` that reaches x around the layer norm (the
+// residual's):  x̄ = gres + r·(ḡ - mean(ḡ) - x̂·mean(ḡ ⊙ x̂)),  ḡ = ȳ ⊙ w,  x̂ = (x - μ)·r,
+// with w̄ = Σ_rows ȳ ⊙ x̂ and b̄ = Σ_rows ȳ added as the dropout's bias gradients are. Each row is
+// read twice, the second time from cache. With `inplace`, x̄ is written over ȳ.
+static inline void ln_row(const float* gy, const float* __restrict x, const float* __restrict w,
+                          const float* __restrict gres, float* gx, float* __restrict sw,
+                          float* __restrict sb, int64_t C, float mu, float r) {   // gx may be gy
+  float a = 0.f, b = 0.f;
+#pragma omp simd reduction(+ : a, b)
+  for (int64_t i = 0; i < C; ++i) {
+    const float xh = (x[i] - mu) * r, g = gy[i] * w[i];
+    a += g; b += g * xh;
+    sw[i] += gy[i] * xh; sb[i] += gy[i];
+  }
+  a /= (float)C; b /= (float)C;
+#pragma omp simd
+  for (int64_t i = 0; i < C; ++i) {
+    const float xh = (x[i] - mu) * r;
+    gx[i] = (gres ? gres[i] : 0.f) + r * (gy[i] * w[i] - a - xh * b);
+  }
+}
+
+std::vector<Tensor> layer_norm_backward(Tensor gy, Tensor x, Tensor mean, Tensor rstd, Tensor w,
+                                        std::optional<Tensor> gres, bool inplace) {
+  const int64_t C = x.size(-1), R = C ? x.numel() / C : 0;
+  for (const Tensor* t : {&gy, &x, &mean, &rstd, &w})
+    TORCH_CHECK(t->device().is_cpu() && t->scalar_type() == at::kFloat && t->is_contiguous(),
+                "gy, x, mean, rstd and w must be contiguous float32 CPU tensors");
+  TORCH_CHECK(gy.sizes() == x.sizes() && mean.numel() == R && rstd.numel() == R &&
+                  w.numel() == C,
+              "gy must have x's shape, mean and rstd one value per row, w one per column");
+  const float* gr = nullptr;
+  if (gres) {
+    TORCH_CHECK(gres->device().is_cpu() && gres->scalar_type() == at::kFloat &&
+                    gres->is_contiguous() && gres->sizes() == x.sizes(),
+                "gres must be a contiguous float32 CPU tensor of x's shape");
+    gr = gres->data_ptr<float>();
+  }
+  Tensor gx = inplace ? gy : at::empty_like(gy);
+  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), R / 8));
+  Tensor sums = at::zeros({parts, 2, C}, x.options());   // per thread: w̄, b̄
+  const float *gp = gy.data_ptr<float>(), *xp = x.data_ptr<float>(), *wp = w.data_ptr<float>();
+  const float *mp = mean.data_ptr<float>(), *rp = rstd.data_ptr<float>();
+  float *op = gx.data_ptr<float>(), *sp = sums.data_ptr<float>();
+  at::parallel_for(0, parts, 1, [=](int64_t t0, int64_t t1) {
+    std::vector<float> block(2 * C);   // 64 rows at a time, then into the thread's sums
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t end = R * (t + 1) / parts;
+      for (int64_t r = R * t / parts; r < end; r += 64) {
+        std::fill(block.begin(), block.end(), 0.f);
+        for (int64_t i = r; i < std::min(r + 64, end); ++i)
+          ln_row(gp + i * C, xp + i * C, wp, gr ? gr + i * C : nullptr, op + i * C,
+                 block.data(), block.data() + C, C, mp[i], rp[i]);
+        float* sum = sp + t * 2 * C;
+        for (int64_t c = 0; c < 2 * C; ++c) sum[c] += block[c];
+      }
+    }
+  });
+  Tensor s = parts == 1 ? sums[0] : sums.sum(0);
+  return {gx, s[0], s[1]};
 }

@@ -11,7 +11,8 @@ import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 from fastcore.basics import patch
 from ..attention import RotaryMultiHeadAttention, KVCache
-from ..kernels import rotary_append, native_extension, native_possible, CPU_KERNEL_PATH
+from ..kernels import rotary_append, native_extension, native_possible, native_kernel
+from ..kernels import CPU_KERNEL_PATH
 from .data import PAD, BOS, EOS
 
 # %% auto #0
@@ -79,7 +80,9 @@ def native_dropout(verbose:bool=False):   # print the compiler's commands and ou
     "The native dropout (`DROPOUT_SOURCE`): built on first use, then cached; None if it can't be"
     return native_extension(DROPOUT_SOURCE, 'rope_lit_dropout', 'native dropout',
                             'dropout makes the same masks with PyTorch operations instead',
-                            ['dropout_forward', 'dropout_relu_backward'], verbose)
+                            ['dropout_forward', 'dropout_relu_backward', 'dropout_backward',
+                             'layer_norm_backward'],
+                            verbose)
 
 # %% ../../nbs/11_mt_model.ipynb #drop0003
 class _Dropout(torch.autograd.Function):
@@ -91,7 +94,7 @@ class _Dropout(torch.autograd.Function):
         ext = native_dropout() if native and x.dtype == torch.float32 else None
         if ext is not None and all(t is None or t.dtype == x.dtype for t in (residual, bias)):
             r, b = (None if t is None else t.contiguous() for t in (residual, bias))
-            out = ext.dropout_forward(x.contiguous(), r, seed, cut, scale, relu, b)
+            out = ext.dropout_forward(x.contiguous(), r, seed, cut, scale, relu, b, False)
         else:
             v = x if bias is None else x + bias
             out = (F.relu(v) if relu else v) * dropout_mask(x.shape, p, x.dtype, x.device, seed)
@@ -109,11 +112,12 @@ class _Dropout(torch.autograd.Function):
         if relu:
             y, = ctx.saved_tensors
             if ctx.ext is not None:   # with the bias's gradient (column sums) in the same pass
-                gx, *gb = ctx.ext.dropout_relu_backward(g.contiguous(), y, scale, want_b)
+                gx, *gb = ctx.ext.dropout_relu_backward(g.contiguous(), y, scale, want_b, False)
                 gb = gb[0] if gb else None
             else: gx = torch.where(y > 0, g * scale, 0.0)
-        elif ctx.ext is not None:
-            gx = ctx.ext.dropout_forward(g.contiguous(), None, seed, cut, scale, False, None)
+        elif ctx.ext is not None:   # with the bias's gradient in the same pass too
+            gx, *gb = ctx.ext.dropout_backward(g.contiguous(), seed, cut, scale, want_b)
+            gb = gb[0] if gb else None
         else: gx = g * dropout_mask(g.shape, p, ctx.dtype, g.device, seed)
         if want_b and gb is None: gb = gx.sum(tuple(range(gx.ndim - 1)))   # ∂/∂bias
         return gx, g if ctx.needs_input_grad[1] else None, None, None, None, None, gb
@@ -231,6 +235,7 @@ class FastDropoutAttention(RotaryMultiHeadAttention):
 # %% ../../nbs/11_mt_model.ipynb #8525215f
 class EncoderLayer(nn.Module):
     "Pre-norm encoder layer: self-attention then feed-forward"
+    fuse_sublayers = True   # in CPU training, each sublayer one autograd function where it fits
     def __init__(self, d_model:int, h:int, d_ff:int, dropout:float, **attn_kw):
         super().__init__()
         self.self_attn = FastDropoutAttention(d_model, h, dropout=dropout, **attn_kw)
@@ -241,15 +246,23 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x:Tensor, mask:Tensor, positions:Tensor|None,
                 keep_weights:bool=False)->Tensor:
-        a = self.self_attn(self.norm1(x), attn_mask=mask, positions=positions,   # (3): RoPE's m, n
-                           need_weights=keep_weights)
-        if keep_weights: a, self.weights = a
-        x = self.drop(a, residual=x)                         # x + Drop(SelfAttn(LN(x)))
+        fused = positions is None and not keep_weights and _layer_fits(self, x)
+        bias = _score_bias(mask, False, x.shape[1], x.shape[1], x.device) if fused else False
+        if bias is not False and _attention_fits(self.self_attn, self.norm1, False):
+            x = _attention_sublayer(self.self_attn, self.norm1, self.drop.p, x, None, bias)
+        else:
+            a = self.self_attn(self.norm1(x), attn_mask=mask, positions=positions,  # (3): m, n
+                               need_weights=keep_weights)
+            if keep_weights: a, self.weights = a
+            x = self.drop(a, residual=x)                         # x + Drop(SelfAttn(LN(x)))
+        if fused and _feed_forward_fits(self.ff, self.norm2):
+            return _feed_forward_sublayer(self.ff, self.norm2, self.drop.p, x)
         return self.drop(self.ff(self.norm2(x)), residual=x)  # x + Drop(FF(LN(x)))
 
 # %% ../../nbs/11_mt_model.ipynb #68fd0739
 class DecoderLayer(nn.Module):
     "Pre-norm decoder layer: causal self-attention, cross-attention, feed-forward"
+    fuse_sublayers = True   # in CPU training, each sublayer one autograd function where it fits
     def __init__(self, d_model:int, h:int, d_ff:int, dropout:float, cross_rope:bool=False,
                  **attn_kw):
         super().__init__()
@@ -266,16 +279,196 @@ class DecoderLayer(nn.Module):
                 positions:Tensor|None,         # (3): target positions, RoPE's m
                 memory_positions:Tensor|None,  # (3): source positions, RoPE's n in cross-attention
                 cache:tuple|None=None, keep_weights:bool=False)->Tensor:
+        fused = (cache is None and positions is None and memory_positions is None
+                 and not keep_weights and _layer_fits(self, x))
+        T, S, p = x.shape[1], memory.shape[1], self.drop.p
         sc, cc = cache if cache is not None else (None, None)
-        a = self.self_attn(self.norm1(x), is_causal=True, positions=positions, cache=sc,
-                           need_weights=keep_weights)
-        if keep_weights: a, ws = a
-        x = self.drop(a, residual=x)                         # x + Drop(SelfAttn(LN(x)))
-        c = self.cross_attn(self.norm2(x), memory, attn_mask=memory_mask, positions=positions,
-                            memory_positions=memory_positions, cache=cc, need_weights=keep_weights)
-        if keep_weights: c, wc = c; self.weights = (ws, wc)
-        x = self.drop(c, residual=x)                         # x + Drop(CrossAttn(LN(x), memory))
+        if fused and _attention_fits(self.self_attn, self.norm1, False):
+            x = _attention_sublayer(self.self_attn, self.norm1, p, x, None,
+                                    _score_bias(None, True, T, T, x.device))
+        else:
+            a = self.self_attn(self.norm1(x), is_causal=True, positions=positions, cache=sc,
+                               need_weights=keep_weights)
+            if keep_weights: a, ws = a
+            x = self.drop(a, residual=x)                     # x + Drop(SelfAttn(LN(x)))
+        bias = _score_bias(memory_mask, False, T, S, x.device) if fused else False
+        if bias is not False and _attention_fits(self.cross_attn, self.norm2, True):
+            x = _attention_sublayer(self.cross_attn, self.norm2, p, x, memory, bias)
+        else:
+            c = self.cross_attn(self.norm2(x), memory, attn_mask=memory_mask, positions=positions,
+                                memory_positions=memory_positions, cache=cc,
+                                need_weights=keep_weights)
+            if keep_weights: c, wc = c; self.weights = (ws, wc)
+            x = self.drop(c, residual=x)                     # x + Drop(CrossAttn(LN(x), memory))
+        if fused and _feed_forward_fits(self.ff, self.norm3):
+            return _feed_forward_sublayer(self.ff, self.norm3, p, x)
         return self.drop(self.ff(self.norm3(x)), residual=x)  # x + Drop(FF(LN(x)))
+
+# %% ../../nbs/11_mt_model.ipynb #fuse0002
+def _cut_scale(p:float)->tuple[int, float]:
+    "The dropout kernel's threshold c = round(65536 p) and the kept elements' scale"
+    cut = round(p * 65536)
+    return cut, 65536 / (65536 - cut)
+
+class _AttentionSublayer(torch.autograd.Function):
+    "x + m_r ⊙ (Attention(LN(x), memory) W_oᵀ + b_o) as one autograd node, heads first"
+    @staticmethod
+    def forward(ctx, x, memory, nw, nb, Wq, bq, Wk, bk, Wv, bv, Wo, bo,
+                bias, rows, h, eps, p_attn, p_res, seeds, interleaved):
+        ext, rot = native_dropout(), native_kernel() if rows is not None else None
+        B, T, d = x.shape
+        D, none, (ca, sa), (cr, sr) = d // h, x.new_empty(()), _cut_scale(p_attn), _cut_scale(p_res)
+        x2 = x.reshape(B * T, d).contiguous()
+        n, mean, rstd = torch.native_layer_norm(x2, (d,), nw, nb, eps)            # LN(x)
+        if memory is None:                                # Q, K, V: one product, heads first
+            S, W, m2 = T, torch.cat([Wq, Wk, Wv]), None
+            heads = torch.baddbmm(torch.cat([bq, bk, bv]).view(3 * h, 1, D),
+                                  n.expand(3 * h, B * T, d), W.view(3 * h, D, d).transpose(1, 2))
+            q, k, v = (t.view(h * B, T, D) for t in heads.split(h))
+            if rows is not None:                          # RoPE: Q and K rotated in place
+                rot.rotary_qk(q.view(h, B, T, D), k.view(h, B, T, D), *rows, None, None, 0,
+                              interleaved, False, True)
+        else:                                             # Q from LN(x); K, V from the memory
+            S, W, m2 = memory.shape[1], torch.cat([Wk, Wv]), memory.reshape(-1, d)
+            q = torch.baddbmm(bq.view(h, 1, D), n.expand(h, B * T, d),
+                              Wq.view(h, D, d).transpose(1, 2)).view(h * B, T, D)
+            heads = torch.baddbmm(torch.cat([bk, bv]).view(2 * h, 1, D),
+                                  m2.expand(2 * h, B * S, d), W.view(2 * h, D, d).transpose(1, 2))
+            k, v = (t.view(h * B, S, D) for t in heads.split(h))
+        s = torch.baddbmm(none, q, k.transpose(1, 2), beta=0, alpha=D ** -0.5)   # QKᵀ/√d_k
+        if bias is not None: s.view(h, B, T, S).add_(bias)                       # + M
+        P = s.softmax(-1)
+        Pm = ext.dropout_forward(P, None, seeds[0], ca, sa, False, None, False)  # m ⊙ P
+        o = torch.bmm(Pm, v).view(h, B * T, D).transpose(0, 1).reshape(B * T, d) # [O_1 … O_h]
+        y = ext.dropout_forward(torch.addmm(bo, o, Wo.t()), x2, seeds[1], cr, sr, False, None,
+                                 True)                           # in place, over the product
+        ctx.save_for_backward(x2, mean, rstd, n, m2, q, heads, P, Pm, o, nw, nb, W, Wq, Wo)
+        ctx.args = B, T, S, h, (ca, sa), (cr, sr), seeds, rows, interleaved
+        return y.view(B, T, d)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        x2, mean, rstd, n, m2, q, heads, P, Pm, o, nw, nb, W, Wq, Wo = ctx.saved_tensors
+        B, T, S, h, (ca, sa), (cr, sr), seeds, rows, interleaved = ctx.args
+        ext, rot = native_dropout(), native_kernel() if rows is not None else None
+        d = x2.shape[1]; D, none, scale = d // h, g.new_empty(()), (d // h) ** -0.5
+        g2 = g.reshape(B * T, d).contiguous()
+        ga, gbo = ext.dropout_backward(g2, seeds[1], cr, sr, True)   # ā = m_r ⊙ ȳ, b̄_o
+        gWo = ga.t().mm(o)
+        go = torch.bmm(ga.expand(h, B * T, d),                               # Ō_j = ā W_o,j
+                       Wo.view(d, h, D).transpose(0, 1)).view(h * B, T, D)
+        k, v = (t.view(h * B, S, D) for t in heads.split(h)[-2:])
+        gheads = torch.empty_like(heads)                  # Q̄, K̄, V̄ (or K̄, V̄) in one tensor
+        gk, gv = (t.view(h * B, S, D) for t in gheads.split(h)[-2:])
+        torch.bmm(Pm.transpose(1, 2), go, out=gv)                                   # V̄
+        gP = ext.dropout_forward(torch.bmm(go, v.transpose(1, 2)),          # P̄ = m ⊙ Ō Vᵀ
+                                  None, seeds[0], ca, sa, False, None, True)
+        gs = torch._softmax_backward_data(gP, P, -1, P.dtype)                       # S̄
+        torch.baddbmm(none, gs.transpose(1, 2), q, beta=0, alpha=scale, out=gk)     # K̄
+        if m2 is None:                                    # self-attention
+            gq = gheads[:h].view(h * B, T, D)
+            torch.baddbmm(none, gs, k, beta=0, alpha=scale, out=gq)                 # Q̄
+            if rows is not None:                          # back through the rotation: R_{-m}
+                rot.rotary_qk(gq.view(h, B, T, D), gk.view(h, B, T, D), *rows, None, None, 0,
+                              interleaved, True, True)
+            gW = torch.bmm(gheads.transpose(1, 2), n.expand(3 * h, B * T, d)).view(3 * d, d)
+            (gWq, gWk, gWv), (gbq, gbk, gbv) = gW.split(d), gheads.sum(1).view(3 * d).split(d)
+            gn, gm = gheads.transpose(0, 1).reshape(B * T, 3 * d).mm(W), None
+        else:                                             # cross-attention: K̄, V̄ go to the memory
+            gq = torch.baddbmm(none, gs, k, beta=0, alpha=scale).view(h, B * T, D)
+            gWq = torch.bmm(gq.transpose(1, 2), n.expand(h, B * T, d)).view(d, d)
+            gbq, gn = gq.sum(1).view(d), gq.transpose(0, 1).reshape(B * T, d).mm(Wq)
+            gW = torch.bmm(gheads.transpose(1, 2), m2.expand(2 * h, B * S, d)).view(2 * d, d)
+            (gWk, gWv), (gbk, gbv) = gW.split(d), gheads.sum(1).view(2 * d).split(d)
+            gm = gheads.transpose(0, 1).reshape(B * S, 2 * d).mm(W).view(B, S, d)
+        gx, gnw, gnb = ext.layer_norm_backward(gn, x2, mean, rstd, nw, g2, True)  # ȳ + LN′(…)
+        return (gx.view(B, T, d), gm, gnw, gnb, gWq, gbq, gWk, gbk, gWv, gbv, gWo, gbo,
+                None, None, None, None, None, None, None, None)
+
+# %% ../../nbs/11_mt_model.ipynb #fuse0004
+class _FeedForwardSublayer(torch.autograd.Function):
+    "x + m_r ⊙ (m_h ⊙ ReLU(LN(x) W_1ᵀ + b_1) W_2ᵀ + b_2) as one autograd node"
+    @staticmethod
+    def forward(ctx, x, nw, nb, W1, b1, W2, b2, eps, p_hidden, p_res, seeds):
+        ext = native_dropout()
+        B, T, d = x.shape
+        (ch, sh), (cr, sr) = _cut_scale(p_hidden), _cut_scale(p_res)
+        x2 = x.reshape(B * T, d).contiguous()
+        n, mean, rstd = torch.native_layer_norm(x2, (d,), nw, nb, eps)            # LN(x)
+        u = ext.dropout_forward(n.mm(W1.t()), None, seeds[0], ch, sh, True, b1, True)  # m_h ⊙ ReLU
+        y = ext.dropout_forward(torch.addmm(b2, u, W2.t()), x2, seeds[1], cr, sr, False, None,
+                                 True)
+        ctx.save_for_backward(x2, mean, rstd, n, u, nw, nb, W1, W2)
+        ctx.args = sh, (cr, sr), seeds[1]
+        return y.view(B, T, d)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        x2, mean, rstd, n, u, nw, nb, W1, W2 = ctx.saved_tensors
+        sh, (cr, sr), seed = ctx.args
+        ext, d = native_dropout(), x2.shape[1]
+        g2 = g.reshape(-1, d).contiguous()
+        gf, gb2 = ext.dropout_backward(g2, seed, cr, sr, True)        # m_r ⊙ ȳ, b̄_2
+        gW2 = gf.t().mm(u)
+        gz, gb1 = ext.dropout_relu_backward(gf.mm(W2), u, sh, True, True)  # through m_h ⊙ ReLU
+        gW1, gn = gz.t().mm(n), gz.mm(W1)
+        gx, gnw, gnb = ext.layer_norm_backward(gn, x2, mean, rstd, nw, g2, True)  # ȳ + LN′(…)
+        return gx.view(g.shape), gnw, gnb, gW1, gb1, gW2, gb2, None, None, None, None
+
+# %% ../../nbs/11_mt_model.ipynb #fuse0006
+_global_hook = getattr(nn.modules.module, '_has_any_global_hook', lambda: True)   # torch's own test
+
+def _hooked(layer:nn.Module)->bool:
+    "Whether a forward or backward hook is registered globally or on one of `layer`'s modules"
+    if _global_hook(): return True
+    return any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
+               or m._backward_pre_hooks for m in layer.modules())
+
+def _layer_fits(layer:nn.Module, x:Tensor)->bool:
+    "Whether `layer`'s sublayers may run as single autograd functions (the first conditions above)"
+    return (layer.fuse_sublayers and layer.training and x.device.type == 'cpu'
+            and x.dtype == torch.float32 and x.numel() > 0 and _keeps(layer.drop.p)
+            and not torch.compiler.is_compiling() and not torch.is_autocast_enabled('cpu')
+            and native_dropout() is not None
+            and not _hooked(layer))
+
+def _keeps(p:float)->bool: return round(p * 65536) < 65536   # the kernel keeps some elements
+
+def _norm_fits(norm:nn.LayerNorm)->bool:
+    return norm.weight is not None and norm.bias is not None and len(norm.normalized_shape) == 1
+
+def _attention_fits(att:RotaryMultiHeadAttention, norm:nn.LayerNorm, cross:bool)->bool:
+    r = att.rotary
+    return (_norm_fits(norm) and att.n_kv_heads == att.n_heads and att.q_proj.bias is not None
+            and _keeps(att.dropout) and att.q_proj.weight.dtype == torch.float32
+            and (r is None or not cross and r._one_stream and native_kernel() is not None))
+
+def _feed_forward_fits(ff:FeedForward, norm:nn.LayerNorm)->bool:
+    return _norm_fits(norm) and _keeps(ff.drop.p) and ff.w1.weight.dtype == torch.float32
+
+def _heads_first(bias:Tensor|None)->Tensor|None:
+    "A score bias that broadcasts to (batch, heads, T, S), for the (heads, batch, T, S) layout"
+    if bias is None or bias.ndim < 3: return bias                    # (S,) or (T, S)
+    return bias.unsqueeze(1) if bias.ndim == 3 else bias.transpose(0, 1)   # (heads, T, S)
+
+def _attention_sublayer(att, norm, p_res:float, x:Tensor, memory:Tensor|None, bias)->Tensor:
+    "x + Drop(att(norm(x)[, memory])) through `_AttentionSublayer`, with the modules' seeds"
+    rows = (None if att.rotary is None
+            else att.rotary.cos_sin(x.shape[1], None, 0, x.shape[0], x.device, x.dtype))
+    seeds = tuple(dropout_seed() if p else 0 for p in (att.dropout, p_res))   # weights, residual
+    return _AttentionSublayer.apply(
+        x, memory, norm.weight, norm.bias, att.q_proj.weight, att.q_proj.bias, att.k_proj.weight,
+        att.k_proj.bias, att.v_proj.weight, att.v_proj.bias, att.out_proj.weight, att.out_proj.bias,
+        _heads_first(bias), rows, att.n_heads, norm.eps, att.dropout, p_res, seeds,
+        att.rotary is not None and att.rotary.interleaved)
+
+def _feed_forward_sublayer(ff:FeedForward, norm, p_res:float, x:Tensor)->Tensor:
+    "x + Drop(ff(norm(x))) through `_FeedForwardSublayer`, with the modules' seeds"
+    seeds = tuple(dropout_seed() if p else 0 for p in (ff.drop.p, p_res))     # hidden, residual
+    return _FeedForwardSublayer.apply(x, norm.weight, norm.bias, ff.w1.weight, ff.w1.bias,
+                                      ff.w2.weight, ff.w2.bias, norm.eps, ff.drop.p, p_res, seeds)
 
 # %% ../../nbs/11_mt_model.ipynb #ee8b5cc4
 class Seq2SeqTransformer(nn.Module):
@@ -319,10 +512,11 @@ class Seq2SeqTransformer(nn.Module):
 
 # %% ../../nbs/11_mt_model.ipynb #1ab9f29b
 @patch
-def _embed(self:Seq2SeqTransformer, ids:Tensor, positions:Tensor|None, sparse_grad=False)->Tensor:
+def _embed(self:Seq2SeqTransformer, ids:Tensor, positions:Tensor|None, grad_rows=None)->Tensor:
     "√d · E[ids], plus the sinusoidal table at `positions` (None: 0, 1, ...) if the model has one"
+    # with `grad_rows` (a `_GradRows`, see `forward` below) the lookup keeps its gradient rows there
     e = self.embed
-    x = (F.embedding(ids, e.weight, e.padding_idx, sparse=True) if sparse_grad else e(ids))
+    x = e(ids) if grad_rows is None else _Lookup.apply(ids, e.weight, e.padding_idx, grad_rows)
     x = x * math.sqrt(self.d_model)
     if self.pe is not None:   # (2) sinusoidal positions, added to the token embeddings
         x = x + (self.pe[:ids.shape[1]] if positions is None else self.pe[positions])
@@ -333,13 +527,13 @@ def _embed(self:Seq2SeqTransformer, ids:Tensor, positions:Tensor|None, sparse_gr
 def encode(self:Seq2SeqTransformer,
     src:Tensor,              # (batch, src_len) source ids
     keep_weights:bool=False, # keep every layer's attention weights (for `attention_maps`)
-    sparse_grad:bool=False,  # E's gradient from the lookup as a sparse tensor (see `forward`)
+    grad_rows:list|None=None, # the lookup's gradient rows go here, not to E (see `forward`)
 )->tuple[Tensor,Tensor]:     # memory (batch, src_len, d_model), key mask (batch, 1, 1, src_len)
     "Encode `src`: the memory the decoder attends to and the mask of its real (non-padding) tokens"
     if src.shape[1] > self.max_len:
         raise ValueError(f"src has {src.shape[1]} tokens, more than max_len={self.max_len}")
     mask = (src != PAD)[:, None, None, :]
-    x = self._embed(src, None, sparse_grad)   # positions 0, 1, ...: the attention's defaults
+    x = self._embed(src, None, grad_rows)   # positions 0, 1, ...: the attention's defaults
     for layer in self.encoder: x = layer(x, mask, None, keep_weights)
     return self.enc_norm(x), mask
 
@@ -353,7 +547,7 @@ def decode(self:Seq2SeqTransformer,
     start:Tensor|int=0,      # position of `tgt`'s first token: an int or (batch, 1)
     keep_weights:bool=False, # keep every layer's attention weights
     project:bool=True,       # False: return the final hidden states, before the projection
-    sparse_grad:bool=False,  # E's gradient from the lookup as a sparse tensor (see `forward`)
+    grad_rows:list|None=None, # the lookup's gradient rows go here, not to E (see `forward`)
 )->Tensor:                   # logits (batch, tgt_len, vocab), or hidden states (batch, tgt_len, d_model)
     "Logits for target ids `tgt` starting at position `start`"
     b, t = tgt.shape
@@ -368,7 +562,7 @@ def decode(self:Seq2SeqTransformer,
         pos = torch.as_tensor(start, device=dev).view(-1, 1) + torch.arange(t, device=dev)
         pos = pos.expand(b, t)
         mpos = torch.arange(memory.shape[1], device=dev).expand(b, -1)
-    x = self._embed(tgt, pos, sparse_grad)
+    x = self._embed(tgt, pos, grad_rows)
     for i, layer in enumerate(self.decoder):
         c = None if cache is None else cache[i]
         x = layer(x, memory, memory_mask, pos, mpos, c, keep_weights)
@@ -376,14 +570,46 @@ def decode(self:Seq2SeqTransformer,
     return h @ self.embed.weight.T if project else h  # the output projection is E
 
 # %% ../../nbs/11_mt_model.ipynb #27c681fe
+class _GradRows(list):
+    "The (ids, gradient rows) of one call's embedding lookups, until E's dense gradient takes them"
+    open = True
+
+class _Lookup(torch.autograd.Function):
+    "E[ids]; backward: the rows of the ids that are not `pad` go to `rows` while it is open"
+    @staticmethod
+    def forward(ctx, ids, w, pad, rows):
+        ctx.save_for_backward(ids)                # autograd checks it is not changed in place
+        ctx.pad, ctx.rows, ctx.vocab = pad, rows, w.shape[0]
+        return F.embedding(ids, w, pad)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        ids, g = ctx.saved_tensors[0].reshape(-1), g.reshape(-1, g.shape[-1])
+        if ctx.pad is not None and not bool((keep := ids != ctx.pad).all()):
+            ids, g = ids[keep], g[keep]               # the padding row gets no gradient
+        if ctx.rows.open:
+            ctx.rows.append((ids, g))
+            return None, None, None, None
+        # E's dense gradient has gone already (a graph run in another order): a sparse one
+        return None, torch.sparse_coo_tensor(ids[None], g, (ctx.vocab, g.shape[1])), None, None
+
 class _DenseGradLast(torch.autograd.Function):
-    "Identity; made before the embedding lookups, so autograd runs its backward after theirs"
-    # autograd runs the newest ready node first: E's dense gradient arrives last, and the lookups'
-    # sparse gradients, already there, are added into it in place (an order for speed only)
+    "Identity on E, made before the lookups: its backward runs after theirs and adds their rows"
+    # autograd runs the newest ready node first, so this node, the oldest, runs after the lookups
     @staticmethod
-    def forward(ctx, w): return w.view_as(w)
+    def forward(ctx, w, rows):
+        ctx.rows = rows
+        return w.view_as(w)
+
     @staticmethod
-    def backward(ctx, g): return g
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        rows = ctx.rows
+        rows.open = False
+        for ids, r in rows: g.index_add_(0, ids, r)   # g: the loss's new gradient of E, ours
+        rows.clear()
+        return g, None
 
 @patch
 def forward(self:Seq2SeqTransformer,
@@ -398,12 +624,12 @@ def forward(self:Seq2SeqTransformer,
     if tgt_out.shape != tgt_in.shape:
         raise ValueError(f"tgt_out must have tgt_in's shape {tuple(tgt_in.shape)}, "
                          f"got {tuple(tgt_out.shape)}")
-    # CPU: E's gradient from the two lookups is sparse (only their rows), added into the dense one
-    # of the output projection: no zero-filled (vocab, d) tensors for them, and no copy of one
-    sparse = src.device.type == 'cpu' and not torch.compiler.is_compiling()
-    w = _DenseGradLast.apply(self.embed.weight) if sparse else self.embed.weight
-    memory, mask = self.encode(src, sparse_grad=sparse)
-    h = self.decode(tgt_in, memory, mask, project=False, sparse_grad=sparse)
+    # CPU: the two lookups' gradient rows are added into the output projection's dense gradient of
+    # E: no zero-filled (vocab, d) tensor for them, and no new one for the sum
+    rows = _GradRows() if src.device.type == 'cpu' and not torch.compiler.is_compiling() else None
+    w = self.embed.weight if rows is None else _DenseGradLast.apply(self.embed.weight, rows)
+    memory, mask = self.encode(src, grad_rows=rows)
+    h = self.decode(tgt_in, memory, mask, project=False, grad_rows=rows)
     if torch.compiler.is_compiling():   # traced: the plain loss (no data-dependent chunk loop)
         return F.cross_entropy((h @ self.embed.weight.T).float().flatten(0, 1), tgt_out.flatten(),
                                ignore_index=PAD, label_smoothing=label_smoothing, reduction='sum')
