@@ -85,12 +85,16 @@ def native_dropout(verbose:bool=False):   # print the compiler's commands and ou
                             verbose)
 
 # %% ../../nbs/11_mt_model.ipynb #drop0003
+def _cut_scale(p:float)->tuple[int, float]:
+    "The dropout kernel's threshold c = round(65536 p) and the kept elements' scale"
+    cut = round(p * 65536)
+    return cut, 65536 / (65536 - cut)
+
 class _Dropout(torch.autograd.Function):
     "residual + m ⊙ f(x + bias); backward: the mask made again from the seed, or read off the output"
     @staticmethod
     def forward(ctx, x, residual, p, relu, seed, native, bias):
-        cut = round(p * 65536)
-        scale = 65536 / (65536 - cut)
+        cut, scale = _cut_scale(p)
         ext = native_dropout() if native and x.dtype == torch.float32 else None
         if ext is not None and all(t is None or t.dtype == x.dtype for t in (residual, bias)):
             r, b = (None if t is None else t.contiguous() for t in (residual, bias))
@@ -305,11 +309,6 @@ class DecoderLayer(nn.Module):
         return self.drop(self.ff(self.norm3(x)), residual=x)  # x + Drop(FF(LN(x)))
 
 # %% ../../nbs/11_mt_model.ipynb #fuse0002
-def _cut_scale(p:float)->tuple[int, float]:
-    "The dropout kernel's threshold c = round(65536 p) and the kept elements' scale"
-    cut = round(p * 65536)
-    return cut, 65536 / (65536 - cut)
-
 class _AttentionSublayer(torch.autograd.Function):
     "x + m_r ⊙ (Attention(LN(x), memory) W_oᵀ + b_o) as one autograd node, heads first"
     @staticmethod
