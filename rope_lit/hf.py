@@ -6,15 +6,16 @@ Docs: https://rope-lit.github.io/rope_lit/transformers.html.md"""
 
 # %% ../nbs/06_transformers.ipynb #27ce3cef
 from __future__ import annotations
-import inspect, math, os, platform, statistics, time, types
+import functools, inspect, math, os, platform, statistics, sys, time, types
 import torch
 from torch import Tensor, nn
 from .kernels import BACKENDS, select_backend
 from .rope import rotary_qk as rotary_qk_eager
 
 # %% auto #0
-__all__ = ['FORMS', 'rows_from_hf', 'make_apply_rotary_pos_emb', 'make_apply_rotary_pos_emb_single', 'rotary_forward',
-           'probe_pairing', 'pairing_of', 'forward_calling', 'patch', 'unpatch', 'patched_modules', 'benchmark_llama']
+__all__ = ['FORMS', 'ROTARY', 'PATCHED', 'rows_from_hf', 'make_apply_rotary_pos_emb', 'make_apply_rotary_pos_emb_single',
+           'rotary_forward', 'probe_pairing', 'pairing_of', 'kernel_hook_status', 'forward_calling', 'rewrapped',
+           'patch', 'unpatch', 'patched_modules', 'benchmark_llama']
 
 # %% ../nbs/06_transformers.ipynb #72348e1c
 def rows_from_hf(
@@ -48,8 +49,8 @@ def make_apply_rotary_pos_emb(
         if cos.ndim != 3 or unsqueeze_dim not in (1, 2):
             raise ValueError(f"rope_lit.hf: {owner} passed cos {tuple(cos.shape)} with "
                              f"unsqueeze_dim={unsqueeze_dim}; expected (batch, seq, r), 1 or 2")
-        if not checked:
-            _check_twice(cos, sin, interleaved, owner)
+        if not checked and not torch.compiler.is_compiling():   # eager only: no data-dependent
+            _check_twice(cos, sin, interleaved, owner)              # branch in a compiled graph
             checked.append(True)
         if unsqueeze_dim == 2: q, k = q.transpose(1, 2), k.transpose(1, 2)  # (batch, heads, seq, d)
         rotate = select_backend(backend, q.device.type)
@@ -75,12 +76,12 @@ def make_apply_rotary_pos_emb_single(
 
 # %% ../nbs/06_transformers.ipynb #cd5bb613
 FORMS = {('q', 'k', 'cos', 'sin', 'unsqueeze_dim'): 'qk', ('tensor', 'sin', 'cos'): 'single'}
+ROTARY = 'apply_rotary_pos_emb'     # the global name every RoPE family's attention calls
 
 def rotary_forward(m:nn.Module):
-    "The class `forward` of `m` if it calls a module-level `apply_rotary_pos_emb`, else None"
-    f = type(m).forward
-    name = 'apply_rotary_pos_emb'
-    if isinstance(f, types.FunctionType) and name in f.__code__.co_names and name in f.__globals__:
+    "The class `forward` of `m`, under its decorators, if it calls a module-level `apply_rotary_pos_emb`"
+    f = inspect.unwrap(type(m).forward)          # under e.g. transformers' @deprecate_kwarg wrappers
+    if isinstance(f, types.FunctionType) and ROTARY in f.__code__.co_names and ROTARY in f.__globals__:
         return f
     return None
 
@@ -125,19 +126,70 @@ def pairing_of(
                          "for it")
     return form, interleaved
 
+# %% ../nbs/06_transformers.ipynb #7245a885
+def kernel_hook_status()->str:
+    "Whether the installed transformers routes `apply_rotary_pos_emb` through the `kernels` hook, and if not why"
+    from importlib import metadata
+    try: from transformers.models.llama import modeling_llama
+    except ImportError: return 'transformers is not installed'
+    if isinstance(modeling_llama.apply_rotary_pos_emb, nn.Module): return 'on'
+    try: have = metadata.version('kernels')
+    except metadata.PackageNotFoundError: have = None
+    from transformers.utils import import_utils
+    lo, hi = (getattr(import_utils, f'KERNELS_{b}_VERSION', None) for b in ('MIN', 'MAX'))
+    wants = f"kernels >={lo},<{hi}" if lo and hi else 'kernels'
+    return f"off: transformers {metadata.version('transformers')} needs {wants}; " + (
+        f"kernels {have} is installed" if have else "kernels is not installed")
+
 # %% ../nbs/06_transformers.ipynb #01324cb5
+PATCHED = 'rope_lit.hf.patched'       # the modules that hold patched forwards' globals are named under it
+_OWN = ('__name__', '__spec__', '__loader__', '__package__')   # a module's own names, not copied
+
 def forward_calling(
-    forward,                # a class's `forward` function
+    forward,                # a class's `forward` function (undecorated)
     rotary,                 # what its `apply_rotary_pos_emb` should be
+    key:str,                # names the module of globals: one per modeling file and rotation
 ):                          # a copy of `forward` that calls `rotary`
-    "`forward` with its global `apply_rotary_pos_emb` bound to `rotary`: same code, copied globals"
-    g = dict(forward.__globals__)
-    g['apply_rotary_pos_emb'] = rotary
-    f = types.FunctionType(forward.__code__, g, forward.__name__, forward.__defaults__,
+    "`forward` with its global `apply_rotary_pos_emb` bound to `rotary`: same code, globals of its own"
+    name = f"{PATCHED}.{forward.__module__.replace('.', '_')}.{key}"
+    mod = sys.modules.get(name) or types.ModuleType(name)
+    mod.__dict__.update({k: v for k, v in forward.__globals__.items() if k not in _OWN})
+    mod.__dict__[ROTARY] = rotary
+    sys.modules[name] = mod           # a real module, so that torch.compile can import and guard on it
+    f = types.FunctionType(forward.__code__, mod.__dict__, forward.__name__, forward.__defaults__,
                            forward.__closure__)
     f.__kwdefaults__, f.__qualname__, f.__doc__ = (forward.__kwdefaults__, forward.__qualname__,
                                                    forward.__doc__)
     f.__dict__.update(forward.__dict__)
+    return f
+
+# %% ../nbs/06_transformers.ipynb #1abccb8a
+def _cell(c):
+    try: return c.cell_contents
+    except ValueError: return None    # an empty cell
+
+def rewrapped(
+    outer,                  # a class's `forward` as written, decorators and all
+    inner,                  # a patched copy of `inspect.unwrap(outer)`
+    owner:str='attention',  # the class, named in errors
+):                          # `outer`'s chain of wrappers around `inner`
+    "The decorators of `outer`, rebuilt around `inner`"
+    held = getattr(outer, '__wrapped__', None)
+    if held is None: return inner
+    new = rewrapped(held, inner, owner)
+    cells = outer.__closure__ or ()
+    hits = [n for n, c in enumerate(cells) if _cell(c) is held]
+    if len(hits) != 1:
+        raise TypeError(f"rope_lit.hf.patch: {owner}.forward is wrapped by {outer.__qualname__}, a "
+                        "decorator that does not hold the function it wraps in its closure; "
+                        "rope_lit cannot rebuild it")
+    closure = tuple(types.CellType(new) if n == hits[0] else c for n, c in enumerate(cells))
+    f = types.FunctionType(outer.__code__, outer.__globals__, outer.__name__, outer.__defaults__,
+                           closure)
+    f.__kwdefaults__, f.__qualname__, f.__doc__ = (outer.__kwdefaults__, outer.__qualname__,
+                                                   outer.__doc__)
+    f.__dict__.update(outer.__dict__)
+    f.__wrapped__ = new
     return f
 
 # %% ../nbs/06_transformers.ipynb #cdb580c5
@@ -154,6 +206,21 @@ def _slot(m:nn.Module, name:str)->str:
     raise TypeError(f"rope_lit.hf.patch: {name} ({type(m).__name__}) has a forward of its own on the "
                     "instance, a wrapper rope_lit cannot see into; patch the model before wrapping it")
 
+@functools.lru_cache(maxsize=None)
+def _rotary(form:str, backend:str, interleaved:bool, owner:str):
+    "One replacement function per form, backend, pairing and class (so compiled graphs see one object)"
+    return (make_apply_rotary_pos_emb(backend, interleaved, owner) if form == 'qk'
+            else make_apply_rotary_pos_emb_single(backend))
+
+def _put(model:nn.Module, plan:list)->nn.Module:
+    "Bind each planned forward to its module (after `unpatch`), remembering what was there"
+    unpatch(model)
+    for m, forward, slot in plan:
+        put = types.MethodType(forward, m)
+        m.__dict__[_SAVED] = (slot, slot in m.__dict__, m.__dict__.get(slot), put)
+        m.__dict__[slot] = put
+    return model
+
 def patch(
     model:nn.Module,        # a transformers model (any module whose attention calls
                             # `apply_rotary_pos_emb`)
@@ -166,24 +233,26 @@ def patch(
         raise ValueError(f"rope_lit.hf.patch: backend must be one of {BACKENDS}, got {backend!r}")
     p = next(model.parameters(), None)
     select_backend(backend, p.device.type if p is not None else 'cpu')   # raises if unusable there
-    plan, pairings = [], {}
+    plan, pairings, made = [], {}, {}
     for name, m in model.named_modules():
-        forward = rotary_forward(m)
-        if forward is None: continue
-        fn = forward.__globals__['apply_rotary_pos_emb']
-        if fn not in pairings: pairings[fn] = pairing_of(fn, type(m).__name__)
-        plan.append((m, forward, pairings[fn], _slot(m, name or type(model).__name__)))
+        inner = rotary_forward(m)
+        if inner is None: continue
+        owner = type(m).__name__
+        fn = inner.__globals__[ROTARY]
+        if fn not in pairings: pairings[fn] = pairing_of(fn, owner)
+        if type(m) not in made:       # one patched forward per class, shared by its layers
+            form, interleaved = pairings[fn]
+            key = f"{form}_{'interleaved' if interleaved else 'split'}_{backend}_{owner}"
+            made[type(m)] = rewrapped(type(m).forward,
+                                      forward_calling(inner, _rotary(form, backend, interleaved, owner), key),
+                                      owner)
+        plan.append((m, made[type(m)], _slot(m, name or type(model).__name__)))
     if not plan:
-        raise ValueError(f"rope_lit.hf.patch: {type(model).__name__} has no attention module that "
-                         "calls apply_rotary_pos_emb, so it has no RoPE for rope_lit to replace")
-    unpatch(model)
-    for m, forward, (form, interleaved), slot in plan:
-        rotary = (make_apply_rotary_pos_emb(backend, interleaved, type(m).__name__) if form == 'qk'
-                  else make_apply_rotary_pos_emb_single(backend))
-        put = types.MethodType(forward_calling(forward, rotary), m)
-        m.__dict__[_SAVED] = (slot, slot in m.__dict__, m.__dict__.get(slot), put)
-        m.__dict__[slot] = put
-    return model
+        raise ValueError(f"rope_lit.hf.patch: no module of {type(model).__name__} has a forward that "
+                         "calls a module-level apply_rotary_pos_emb, the function through which "
+                         "transformers' RoPE families rotate; rope_lit finds nothing to replace")
+    return _put(model, plan)
+
 
 # %% ../nbs/06_transformers.ipynb #7efcae1e
 def unpatch(
@@ -209,14 +278,10 @@ def patched_modules(model:nn.Module)->list:
 # %% ../nbs/06_transformers.ipynb #c1b6e7af
 def _swap_rotation(model:nn.Module, rotary)->nn.Module:
     "Patch `model` with the given `apply_rotary_pos_emb` (no checks: the benchmark's no-rotation reference)"
-    plan = [(m, forward, _slot(m, name or type(m).__name__)) for name, m in model.named_modules()
-            if (forward := rotary_forward(m)) is not None]   # every module first: a refusal changes nothing
-    unpatch(model)
-    for m, forward, slot in plan:
-        put = types.MethodType(forward_calling(forward, rotary), m)
-        m.__dict__[_SAVED] = (slot, slot in m.__dict__, m.__dict__.get(slot), put)
-        m.__dict__[slot] = put
-    return model
+    plan = [(m, rewrapped(type(m).forward, forward_calling(inner, rotary, f'swap_{rotary.__name__}')),
+             _slot(m, name or type(m).__name__))
+            for name, m in model.named_modules() if (inner := rotary_forward(m)) is not None]
+    return _put(model, plan)         # every module planned first: a refusal changes nothing
 
 def _no_rotation(q, k, cos, sin, unsqueeze_dim=1): return q, k
 
