@@ -233,6 +233,11 @@ def forward(self:RotaryMultiHeadAttention,
     "Self-attention (`memory=None`) or cross-attention of `x` to `memory`, with rotary positions"
     self._check_inputs(x, memory, is_causal, memory_positions, cache)
     batch, q_len, _ = x.shape
+    # every check before any state changes: a rejected call leaves the cache as it was
+    kv = None if memory is None else _cache_memory(cache, memory)
+    past = 0 if cache is None or memory is not None else cache.length   # a Python int: keys already cached
+    kv_len = q_len + past if memory is None else (memory.shape[1] if kv is None else kv[0].shape[2])
+    _check_mask(attn_mask, (batch, self.n_heads, q_len, kv_len))
     offset = 0 if cache is None or positions is not None else cache.position
     q = self._split_heads(self.q_proj(x), self.n_heads)
     if memory is None:                           # self-attention: q and k at the same positions
@@ -245,7 +250,6 @@ def forward(self:RotaryMultiHeadAttention,
                 q, k = self.rotary(q, k, positions=positions, offset=offset)
             if cache is not None: k, v = cache.append(k, v)  # keys stored rotated, once
     else:                                        # cross-attention: memory keys at their positions
-        kv = _cache_memory(cache, memory)
         if kv is None:
             k = self._split_heads(self.k_proj(memory), self.n_kv_heads)
             v = self._split_heads(self.v_proj(memory), self.n_kv_heads)
@@ -254,10 +258,9 @@ def forward(self:RotaryMultiHeadAttention,
         else: k, v = kv
         if self.rotary is not None: q = self.rotary.rotate(q, positions=positions, offset=offset)
     if cache is not None: cache.position += q_len
-    kv_len = k.shape[2]
-    _check_mask(attn_mask, (batch, self.n_heads, q_len, kv_len))
     if attn_mask is not None and attn_mask.dtype != torch.bool: attn_mask = attn_mask.to(q.dtype)
-    sdpa_causal = is_causal and attn_mask is None and q_len == kv_len
+    # q_len == kv_len, decided on Python ints (so a plain bool under torch.compile's symbolic lengths too)
+    sdpa_causal = is_causal and attn_mask is None and past == 0
     if is_causal and not sdpa_causal and q_len > 1:      # causal triangle aligned to the last query
         causal = causal_mask(q_len, kv_len, x.device)
         if attn_mask is None: attn_mask = causal

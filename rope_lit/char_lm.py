@@ -16,6 +16,7 @@ from .attention import RotaryMultiHeadAttention
 from .rope import RotaryEmbedding
 from .scaling import yarn_attention_factor
 from .frequencies import rope_frequencies
+from .cli_args import atomic_write, load_checkpoint
 from .lm_cli import _parser, main   # the command line: a light module, fast `--help`
 
 # %% auto #0
@@ -283,7 +284,7 @@ def _trained_model(cfg, position, seed, vocab_size, train_ids, checkpoint_dir, p
     data_key = hashlib.sha256(train_ids.cpu().numpy().tobytes()).hexdigest()   # a checkpoint is reused only for the same text
     path = None if checkpoint_dir is None else Path(checkpoint_dir)/f"{position}_seed{seed}.pt"
     if path is not None and path.exists():
-        saved = torch.load(path, weights_only=False)
+        saved = load_checkpoint(path, 'char LM checkpoint')
         if saved['model_cfg'] == model_cfg and saved['train_cfg'] == train_cfg and saved.get('data') == data_key:
             model = CharLM(**model_cfg); model.load_state_dict(saved['state']); model.eval()
             return model, saved['log']
@@ -295,7 +296,8 @@ def _trained_model(cfg, position, seed, vocab_size, train_ids, checkpoint_dir, p
                parameters=sum(p.numel() for p in model.parameters()))
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(dict(model_cfg=model_cfg, train_cfg=train_cfg, data=data_key, state=model.state_dict(), log=log), path)
+        atomic_write(path, write=lambda tmp: torch.save(dict(model_cfg=model_cfg, train_cfg=train_cfg, data=data_key,
+                                                              state=model.state_dict(), log=log), tmp))
     return model, log
 
 # %% ../nbs/14_char_lm.ipynb #a7d27f47

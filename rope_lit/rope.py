@@ -307,14 +307,16 @@ class RotaryEmbedding(nn.Module):
             streams = frequency_pair_streams(self.rotary_dim, mrope_section, mrope_interleaved,
                                              axial_2d)
         freq_dim = self.rotary_dim // 2 if axial_2d else self.rotary_dim  # 2-D: θ per axis
-        self._inv_freq64 = rope_frequencies(freq_dim, base, scaling=scaling,
-                                            max_seq_len=max_seq_len, dtype=torch.float64,
-                                            **self.scaling_options).repeat(1 + self.axial_2d)
+        with torch.device('cpu'):                  # θ stays on the CPU, also under torch.device('meta')
+            self._inv_freq64 = rope_frequencies(freq_dim, base, scaling=scaling,
+                                                max_seq_len=max_seq_len, dtype=torch.float64,
+                                                **self.scaling_options).repeat(1 + self.axial_2d)
         if attention_factor is None:
             attention_factor = _default_attention_factor(scaling, max_seq_len, self.scaling_options)
         self.attention_factor = float(attention_factor)
         self._dynamic = scaling == 'dynamic_ntk'   # recompute θ when the cache grows past L_0
-        self.register_buffer('inv_freq', self._inv_freq64.clone(), persistent=False)
+        here = torch.empty(0).device               # where modules are being built ('meta' for big models)
+        self.register_buffer('inv_freq', self._inv_freq64.to(here, copy=True), persistent=False)
         self.register_buffer('cos_cached', torch.empty(0, self.rotary_dim//2), persistent=False)
         self.register_buffer('sin_cached', torch.empty(0, self.rotary_dim//2), persistent=False)
         self.register_buffer('pair_streams', streams, persistent=False)  # (rotary_dim//2,) or None
@@ -440,7 +442,9 @@ def cos_sin(self:RotaryEmbedding,
     _check_offset(offset, batch)
     table_dtype = torch.float64 if dtype == torch.float64 else torch.float32
     if positions is None and not isinstance(offset, Tensor):
-        if table_dtype == torch.float32: return self._rows(offset, seq)
+        # compiled without a fixed table: angles in the graph, so no length is baked into guards
+        in_graph = torch.compiler.is_compiling() and self.max_seq_len is None and not self._dynamic
+        if table_dtype == torch.float32 and not in_graph: return self._rows(offset, seq)
         return self._scaled(*rotary_cos_sin(torch.arange(offset, offset + seq, device=device), self.inv_freq.to(device), table_dtype))
     checks = []   # no value checks while compiling, or with validate_positions='off'
     skip = torch.compiler.is_compiling() or self.validate_positions == 'off'
@@ -476,6 +480,7 @@ def _as_bhsd(self:RotaryEmbedding, x, name):
 @patch
 def _backend_fn(self:RotaryEmbedding, device_type:str):
     "The backend for `device_type`, resolved once and cached"
+    if torch.compiler.is_compiling(): return resolve_backend(self.backend, device_type)  # no guard on the dict
     fn = self._backends.get(device_type)
     if fn is None: fn = self._backends[device_type] = resolve_backend(self.backend, device_type)
     return fn

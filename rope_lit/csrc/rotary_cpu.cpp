@@ -15,7 +15,9 @@
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #endif
+#include <cstdint>
 #include <optional>
+#include <string>
 #include <type_traits>
 
 using torch::Tensor;
@@ -200,9 +202,14 @@ static std::vector<Tensor> rotate(const Tensor& q_in, const Tensor& k_in, const 
     const int64_t* op = offs.defined() ? offs.data_ptr<int64_t>() : nullptr;
     const int64_t pbs = pos.defined() && pos.dim() == 2 && pos.size(0) > 1 ? S : 0;
     for (int64_t b = 0; b < (pp || op ? B : std::min<int64_t>(B, 1)); ++b) {
-      const int64_t shift = offset + (op ? op[b] : 0);
+      int64_t shift = 0;
+      TORCH_CHECK_INDEX(!__builtin_add_overflow(offset, op ? op[b] : 0, &shift), "offset ", offset,
+                        " plus the offset of batch row ", b, " overflows a 64-bit integer");
       for (int64_t s = 0; s < S; ++s) {
-        const int64_t r = (pp ? pp[b * pbs + s] : s) + shift;
+        int64_t r = 0;   // the sum checked for overflow too: no index wraps around into the table
+        TORCH_CHECK_INDEX(!__builtin_add_overflow(pp ? pp[b * pbs + s] : s, shift, &r), "position ",
+                          pp ? pp[b * pbs + s] : s, " plus offset ", shift,
+                          " overflows a 64-bit integer");
         TORCH_CHECK_INDEX(r >= 0 && r < rows, "position ", r,
                           " (after offsets) is outside the cos/sin table of ", rows, " rows");
         // default rows are s + shift: the first and the last decide
@@ -411,10 +418,14 @@ Tensor rotary_append(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
   const int64_t* op = offs.defined() ? offs.data_ptr<int64_t>() : nullptr;
   const int64_t pbs = pos.defined() && pos.dim() == 2 && pos.size(0) > 1 ? S : 0;
   for (int64_t b = 0; b < B; ++b) {                 // the slots first, then the table rows
-    const int64_t first = offset + (op ? op[b] : 0);
-    TORCH_CHECK_INDEX(first >= 0 && first + S <= L, "offset ", first, " of batch row ", b,
-                      ": slots ", first, "..", first + S - 1, " are outside the cache of max_len ",
-                      L);
+    // written so that nothing overflows: first + S <= L as first <= L - S (S <= L checked first)
+    int64_t first = 0;
+    TORCH_CHECK_INDEX(!__builtin_add_overflow(offset, op ? op[b] : 0, &first), "offset ", offset,
+                      " plus the offset of batch row ", b, " overflows a 64-bit integer");
+    TORCH_CHECK_INDEX(first >= 0 && S <= L && first <= L - S, "offset ", first, " of batch row ", b,
+                      ": slots ", first, "..",
+                      first > INT64_MAX - S ? std::string("past 2^63") : std::to_string(first + S - 1),
+                      " are outside the cache of max_len ", L);
   }
   for (int64_t b = 0; b < B && cos_in.dim() == 2; ++b) {
     for (int64_t s = 0; s < S; ++s) {

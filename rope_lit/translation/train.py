@@ -13,7 +13,7 @@ import torch, torch.nn.functional as F
 import torch.distributed as dist
 from torch import Tensor
 from tokenizers import Tokenizer
-from ..cli_args import atomic_write
+from ..cli_args import atomic_write, load_checkpoint
 from sacrebleu.metrics import BLEU, CHRF
 from .data import (PAD, BOS, EOS, MULTI30K_SPLITS, read_parallel, synthetic_corpus, multi30k_dir,
                                        multi30k_download_dir,
@@ -254,11 +254,10 @@ def check_device(name:str)->torch.device:
 def _device(cfg): return check_device(cfg.device)
 
 def read_checkpoint(path:Path, map_location='cpu')->dict:
-    "`torch.load` a checkpoint, or a one-line error naming the file when it is missing, truncated or corrupt"
-    if not Path(path).is_file(): raise FileNotFoundError(f"checkpoint {path} does not exist")
-    try: return torch.load(path, map_location=map_location, weights_only=False)
-    except Exception: raise ValueError(f"checkpoint {path} is truncated or corrupt (torch.load cannot read it): "
-                                      "restore it from a copy, or train the run again") from None
+    "A checkpoint, read without unpickling anything but tensors and plain data (`load_checkpoint`), or a one-line error"
+    try: return load_checkpoint(path, 'checkpoint', map_location)
+    except ValueError as e:
+        raise ValueError(f"{e}: restore it from a copy, or train the run again") from None
 
 def read_tokenizer(path:Path)->Tokenizer:
     "The tokenizer saved at `path`, or a one-line error naming the file when it is missing or unreadable"
