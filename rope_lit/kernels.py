@@ -20,7 +20,7 @@ import rope_lit
 import torch
 from torch import Tensor
 from .rope import rotary_qk as rotary_qk_eager, _complex_viewable, _rotate_complex
-from .rope import rotary_cos_sin
+from .rope import rotary_cos_sin, check_table_rows
 from .frequencies import rope_frequencies
 try:
     import triton
@@ -235,6 +235,9 @@ def _offset_rows(q, cos, sin, positions, offset):
     if offset is None or isinstance(offset, Tensor): return cos, sin, positions, offset
     if positions is not None: return cos, sin, (positions + offset if offset else positions), None
     S = q.shape[2]
+    if offset < 0 or offset > cos.shape[-2] - S:
+        raise IndexError(f"offset {offset}: positions {offset}..{offset + S - 1} are outside the cos/sin table "
+                         f"of {cos.shape[-2]} rows")
     return cos[..., offset:offset + S, :], sin[..., offset:offset + S, :], None, None
 
 # %% ../nbs/04_kernels.ipynb #b8c7299c
@@ -359,11 +362,14 @@ def rotary_qk_compiled(
 )->tuple:                            # (q_rot, k_rot) in the dtypes of q and k
     "Rotate `q` and `k` in one compiled pass (CPU or any Inductor device), differentiable"
     _check_args(q, k, cos, sin, positions, inplace)
+    if q.shape[2] == 0: return (q, k) if inplace else (q.clone(), k.clone())   # nothing to rotate
     cos, sin, positions, offset = _offset_rows(q, cos, sin, positions, offset)
     if offset is not None:
         positions = (positions if positions is not None
                      else torch.arange(q.shape[2], device=q.device)) + offset[:, None]
-    if positions is not None: cos, sin = cos[positions], sin[positions]
+    if positions is not None:
+        check_table_rows(positions, cos.shape[-2])               # never wrap around like Python indices
+        cos, sin = cos[positions], sin[positions]
     # traced by an outer compiler (or cos/sin need gradients): the plain formula
     if cos.requires_grad or sin.requires_grad or torch.compiler.is_compiling():
         return rotary_qk_eager(q, k, cos, sin, interleaved=interleaved, inplace=inplace)

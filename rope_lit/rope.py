@@ -13,10 +13,10 @@ from fastcore.basics import patch
 from .frequencies import rope_frequencies
 
 # %% auto #0
-__all__ = ['apply_rotary', 'rotary_cos_sin', 'rotary_matrix_dense', 'apply_rotary_dense', 'apply_rotary_complex',
-           'LabmlRotaryPositionalEmbeddings', 'course_sinusoid', 'course_apply_rotary_emb', 'apply_rotary_',
-           'rotary_qk', 'resolve_backend', 'RotaryEmbedding', 'frequency_pair_streams', 'grid_positions',
-           'varlen_positions']
+__all__ = ['GROW_LIMIT', 'MAX_POSITION', 'apply_rotary', 'rotary_cos_sin', 'rotary_matrix_dense', 'apply_rotary_dense',
+           'apply_rotary_complex', 'LabmlRotaryPositionalEmbeddings', 'course_sinusoid', 'course_apply_rotary_emb',
+           'apply_rotary_', 'check_table_rows', 'rotary_qk', 'resolve_backend', 'RotaryEmbedding',
+           'frequency_pair_streams', 'grid_positions', 'varlen_positions']
 
 # %% ../nbs/02_rope.ipynb #5d0a4546
 def _check_rotary_inputs(x, cos, sin, name='x'):
@@ -203,6 +203,21 @@ def apply_rotary_(x:Tensor, cos:Tensor, sin:Tensor, interleaved=False)->Tensor:
     return x
 
 # %% ../nbs/02_rope.ipynb #7b99655f
+def check_table_rows(
+    positions:Tensor,       # integer rows into a cos/sin table
+    n_rows:int,             # the table's length
+):
+    "Raise a one-line error unless every position is a row of the table (never wrap around like Python indices)"
+    if not isinstance(positions, Tensor) or positions.is_floating_point() or positions.is_complex() \
+            or positions.dtype == torch.bool:
+        raise TypeError(f"positions must be an integer tensor, got "
+                        f"{getattr(positions, 'dtype', type(positions).__name__)}")
+    if positions.numel() == 0 or torch.compiler.is_compiling() or positions.device.type == 'meta': return
+    lo, hi = torch.aminmax(positions)
+    lo, hi = int(lo), int(hi)                                   # one read of two numbers
+    if lo < 0 or hi >= n_rows:
+        raise IndexError(f"positions must be rows of the cos/sin table, in [0, {n_rows}): got {lo if lo < 0 else hi}")
+
 def rotary_qk(
     q:Tensor,             # (batch, heads_q, seq, head_dim)
     k:Tensor,             # (batch, heads_k, seq, head_dim)
@@ -216,7 +231,9 @@ def rotary_qk(
     for n, t in (('q', q), ('k', k)):
         if not isinstance(t, Tensor) or t.ndim != 4:
             raise ValueError(f"{n} must be a 4-D tensor (batch, heads, seq, head_dim)")
-    if positions is not None: cos, sin = cos[positions], sin[positions]
+    if positions is not None:
+        check_table_rows(positions, cos.shape[-2])
+        cos, sin = cos[positions], sin[positions]
     if cos.ndim == 3: cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (batch, 1, seq, r/2)
     rotate = apply_rotary_ if inplace else apply_rotary
     return rotate(q, cos, sin, interleaved), rotate(k, cos, sin, interleaved)
@@ -313,7 +330,7 @@ class RotaryEmbedding(nn.Module):
                                                 **self.scaling_options).repeat(1 + self.axial_2d)
         if attention_factor is None:
             attention_factor = _default_attention_factor(scaling, max_seq_len, self.scaling_options)
-        self.attention_factor = float(attention_factor)
+        self.__dict__['_attention_factor'] = float(attention_factor)   # (the tables are built below)
         self._dynamic = scaling == 'dynamic_ntk'   # recompute θ when the cache grows past L_0
         here = torch.empty(0).device               # where modules are being built ('meta' for big models)
         self.register_buffer('inv_freq', self._inv_freq64.to(here, copy=True), persistent=False)
@@ -366,24 +383,69 @@ def _set_backend(self, name):
 RotaryEmbedding.backend = property(_get_backend, _set_backend,
                                    doc="The backend's name; a new one takes effect on the next call")
 
+def _set_interleaved(self, value):
+    self.__dict__['_interleaved'] = bool(value)
+    self.__dict__['_plans'] = {}                  # the planned kernels were chosen for the old pairing
+RotaryEmbedding.interleaved = property(lambda self: self._interleaved, _set_interleaved,
+                                       doc="The pairing; a new one takes effect on the next call")
+
+def _set_attention_factor(self, value):
+    self.__dict__['_attention_factor'] = _check_attention_factor(value)
+    if 'cos_cached' in self._buffers: self._build(len(self.cos_cached))   # the tables carry the factor
+RotaryEmbedding.attention_factor = property(lambda self: self._attention_factor, _set_attention_factor,
+                                            doc="Multiplies cos and sin; a new one rebuilds the tables")
+
+def _fixed(name:str):
+    "A property set once, at construction: the frequencies and tables are built from it"
+    def refuse(self, value):
+        if f'_{name}' in self.__dict__:
+            raise AttributeError(f"{name} is fixed when a RotaryEmbedding is built (its frequencies come from it): "
+                                 "build a new one, or give new frequencies with set_frequencies")
+        self.__dict__[f'_{name}'] = value
+    def get(self):
+        v = self.__dict__[f'_{name}']
+        return dict(v) if isinstance(v, dict) else v      # a copy: changing it changes nothing
+    return property(get, refuse)
+for _name in ('base', 'scaling', 'scaling_options'): setattr(RotaryEmbedding, _name, _fixed(_name))
+
+_PER_CALL = ('_grid_tables', '_plans', '_fast_rows', '_backends')   # caches of kernels and rows: not state
+
+@patch
+def __getstate__(self:RotaryEmbedding)->dict:
+    "Pickle without the per-call caches (they hold kernels' closures, rebuilt on the next call)"
+    state = dict(self.__dict__)
+    for k in _PER_CALL: state[k] = {}
+    return state
+
 @patch
 def __setstate__(self:RotaryEmbedding, state:dict):
     "Unpickle, also a module pickled by an older rope_lit (attributes added since get their defaults)"
-    if 'backend' in state: state['_backend'] = state.pop('backend')
+    for name in ('backend', 'interleaved', 'attention_factor', 'base', 'scaling', 'scaling_options'):
+        if name in state: state[f'_{name}'] = state.pop(name)   # plain attributes before
     nn.Module.__setstate__(self, state)
-    for k in ('_grid_tables', '_plans', '_fast_rows', '_backends'): self.__dict__.setdefault(k, {})
+    for k in _PER_CALL: self.__dict__.setdefault(k, {})
     self.__dict__.setdefault('_one_stream', self._buffers.get('pair_streams') is None)
 
 # %% ../nbs/02_rope.ipynb #ee93b904
+GROW_LIMIT = 1 << 16     # the cache grows to cover at most this many positions, or twice what it holds
+MAX_POSITION = 1 << 53   # float64 holds every integer up to here exactly: an angle m·θ needs m exact
+
 @patch
 def _rows(self:RotaryEmbedding, offset:int, seq:int)->tuple[Tensor, Tensor]:
     "Cached cos/sin rows for positions offset..offset+seq-1, growing the cache if it is too short"
     need = offset + seq
+    if need > MAX_POSITION:
+        raise IndexError(f"offset {offset} (with {seq} positions) is past 2**53, beyond which float64 "
+                         "angles no longer tell neighbouring positions apart")
     if self._dynamic and need > len(self.cos_cached) and need > self.scaling_options['original_max_seq_len']:
         self._inv_freq64 = rope_frequencies(self.rotary_dim, self.base, scaling='dynamic_ntk', dtype=torch.float64,
                                             **{**self.scaling_options, 'seq_len': need})
         self._build(need)                     # exactly ℓ: its rows were computed with ℓ's frequencies
     elif need > len(self.cos_cached):
+        if not self._dynamic and need > max(2 * len(self.cos_cached), GROW_LIMIT):
+            # a far offset: its own rows, not a table of every position before it
+            rows = torch.arange(offset, need, device=self.inv_freq.device)
+            return self._scaled(*rotary_cos_sin(rows, self.inv_freq))
         grow = max(need, 2 ** math.ceil(math.log2(need)))
         if self._dynamic: grow = min(grow, self.scaling_options['original_max_seq_len'])  # rows past L₀ need ℓ's θ
         self._build(grow)
@@ -454,7 +516,8 @@ def cos_sin(self:RotaryEmbedding,
     positions = positions.to(device)
     if isinstance(offset, Tensor): positions = positions + offset.to(device)[:, None]
     elif offset: positions = positions + offset
-    from_table = self.max_seq_len is not None and table_dtype == torch.float32
+    # compiled: angles computed in the graph, never a gather that the compiled code would not bounds-check
+    from_table = self.max_seq_len is not None and table_dtype == torch.float32 and not torch.compiler.is_compiling()
     if from_table and not skip:
         n = len(self.cos_cached)
         checks.append(((positions >= n).any(), f"positions (+ offset) must be < {n}, the rows cached by RotaryEmbedding(max_seq_len="
@@ -585,7 +648,8 @@ def set_frequencies(self:RotaryEmbedding,
     if tuple(inv_freq.shape) != (half,): raise ValueError(f"inv_freq must have shape (rotary_dim//2,) = ({half},), got {tuple(inv_freq.shape)}")
     inv_freq = inv_freq.detach().to(device='cpu', dtype=torch.float64)
     if not bool(torch.isfinite(inv_freq).all()): raise ValueError("inv_freq must be finite")
-    self._inv_freq64, self.attention_factor, self._dynamic = inv_freq, _check_attention_factor(attention_factor), False
+    self._inv_freq64, self._dynamic = inv_freq, False
+    self.__dict__['_attention_factor'] = _check_attention_factor(attention_factor)
     self._build(len(self.cos_cached))
     return self
 
