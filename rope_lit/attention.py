@@ -58,6 +58,10 @@ class KVCache:
         "Keep batch rows `indices` (beam search): row i of the result is row indices[i]; in place"
         if not isinstance(indices, Tensor) or indices.ndim != 1 or indices.is_floating_point():
             raise TypeError("indices must be a 1-D integer tensor of batch rows")
+        rows = next((t.shape[0] for t in (self._k, *(self.memory or ())) if t is not None), None)
+        if rows is not None and len(indices) and not (0 <= int(indices.min()) and int(indices.max()) < rows):
+            raise IndexError(f"indices must be batch rows of the cache, in [0, {rows}): got "
+                             f"{int(indices.min()) if int(indices.min()) < 0 else int(indices.max())}")
         if self._k is not None:
             self._k = self._k.index_select(0, indices.to(self._k.device))
             self._v = self._v.index_select(0, indices.to(self._v.device))
@@ -111,6 +115,8 @@ def _check_attention_args(d_model, n_heads, n_kv_heads, dropout, rope)->int:
     n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
     if isinstance(n_kv_heads, bool) or not isinstance(n_kv_heads, int) or n_kv_heads <= 0 or n_heads % n_kv_heads:
         raise ValueError(f"n_kv_heads must be a positive int dividing n_heads = {n_heads}, got {n_kv_heads!r}")
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)):
+        raise TypeError(f"dropout must be a number in [0, 1), got {type(dropout).__name__} {dropout!r}")
     if not 0.0 <= dropout < 1.0: raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
     head_dim = d_model // n_heads
     if rope and head_dim % 2: raise ValueError(f"head_dim = d_model // n_heads = {head_dim} must be even for rope=True (features rotate in pairs)")

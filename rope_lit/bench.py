@@ -276,7 +276,8 @@ def hardware(device:str)->dict:
 # %% ../nbs/04a_benchmark.ipynb #7f439ab7
 def plot_results(rows:list, path=None):
     "Bar chart of time / floor per method, one panel per shape and mode; saved to `path` if given"
-    import matplotlib.pyplot as plt   # headless runs get matplotlib's default Agg backend
+    try: import matplotlib.pyplot as plt   # headless runs get matplotlib's default Agg backend
+    except ImportError: raise ImportError("plotting needs matplotlib: pip install 'rope_lit[experiments]'") from None
     shapes = list(dict.fromkeys(r['shape'] for r in rows)); modes = list(dict.fromkeys(r['mode'] for r in rows))
     order = [m.name for m in all_methods()]   # the floors first, then rope_lit's, then the peers
     methods = sorted(dict.fromkeys(r['method'] for r in rows), key=lambda n: order.index(n) if n in order else len(order))

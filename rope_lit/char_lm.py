@@ -372,7 +372,8 @@ def plot_results(
     path=None,       # save the figure here (PNG, 150 dpi) if given
 ):                   # the matplotlib figure
     "Validation perplexity against evaluation context, log-scaled context, one line per scheme/variant"
-    import matplotlib.pyplot as plt
+    try: import matplotlib.pyplot as plt
+    except ImportError: raise ImportError("plotting needs matplotlib: pip install 'rope_lit[experiments]'") from None
     contexts = results['config']['contexts']
     fig, ax = plt.subplots(figsize=(7.4, 3.9), dpi=150)
     keys = list(dict.fromkeys((r['scheme'], r['variant']) for r in results['rows']))
@@ -411,6 +412,7 @@ def save_results(
     train = '\n'.join(f"- {t['scheme']} (seed {t['seed']}): {t['parameters']} parameters, {t['train_seconds']} s, final train loss {t['final_train_loss']}" for t in results['train'])
     atomic_write(out/'results.md', f"Command: `{p.get('command')}`  \nDate: {p.get('date')}  \nHardware: {p.get('hardware')}\n\n"
                                    f"{results_table(results)}\n\nTraining:\n\n{train}\n")
-    import matplotlib.pyplot as plt
+    try: import matplotlib.pyplot as plt
+    except ImportError: raise ImportError("plotting needs matplotlib: pip install 'rope_lit[experiments]'") from None
     atomic_write(out/'ppl_vs_context.png', write=lambda tmp: plt.close(plot_results(results, tmp)))
     return out

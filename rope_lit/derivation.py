@@ -7,7 +7,12 @@ Docs: https://rope-lit.github.io/rope_lit/derivation.html.md"""
 # %% ../nbs/00_derivation.ipynb #9ccc98d5
 from __future__ import annotations
 import numpy as np
-import sympy as sp
+try: import sympy as sp
+except ImportError:           # the permutations work without SymPy; the symbolic functions say what to install
+    class _NeedsSymPy:
+        def __getattr__(self, name):
+            raise ImportError("rope_lit.derivation's symbolic functions need SymPy: pip install 'rope_lit[experiments]'")
+    sp = _NeedsSymPy()
 
 # %% auto #0
 __all__ = ['rotation_2d', 'rotary_thetas', 'rotary_matrix', 'rotary_matrix_numeric', 'half_to_interleaved_permutation',

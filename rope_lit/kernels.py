@@ -570,8 +570,13 @@ def rotary_qk_native(
     offset=None,                     # int, or int tensor (batch,): added to the row indices
 )->tuple:                            # (q_rot, k_rot) in the dtypes of q and k
     "Rotate `q` and `k` with the native CPU kernel (one pass, autograd in C++) or the compiled path"
-    if torch.compiler.is_compiling():
-        return rotary_qk_compiled(q, k, cos, sin, positions, interleaved, inplace, offset)
+    if torch.compiler.is_compiling():   # a traced graph calls the kernel as the operator below
+        if not _NATIVE_POSSIBLE or cos.requires_grad or sin.requires_grad:
+            return rotary_qk_compiled(q, k, cos, sin, positions, interleaved, inplace, offset)
+        offsets, shift = (offset, 0) if isinstance(offset, Tensor) else (None, _int64(offset))
+        qo, ko = torch.ops.rope_lit.native_rotary_qk(q, k, cos, sin, positions, offsets, shift,
+                                                      bool(interleaved), False)
+        return (q.copy_(qo), k.copy_(ko)) if inplace else (qo, ko)
     ext = _native['module'] if 'module' in _native else native_kernel()
     if not (isinstance(cos, Tensor) and isinstance(sin, Tensor)):
         raise TypeError("cos and sin must be tensors, "
@@ -594,6 +599,37 @@ def rotary_qk_native(
     except (TypeError, ValueError):
         _check_args(q, k, cos, sin, positions, inplace)   # the other backends' message, if any
         raise
+
+# %% ../nbs/04_kernels.ipynb #2e6b1f1b
+def _native_rotary_qk_impl(q:Tensor, k:Tensor, cos:Tensor, sin:Tensor, positions:Optional[Tensor],
+                           offsets:Optional[Tensor], shift:int, interleaved:bool, conjugate:bool
+                           ) -> tuple[Tensor, Tensor]:
+    ext = _native['module'] if 'module' in _native else native_kernel()
+    if ext is None:                   # not buildable here after all: the compiled path, at -θ if asked
+        return rotary_qk_compiled(q, k, cos, -sin if conjugate else sin, positions, interleaved,
+                                  False, offsets if offsets is not None else shift)
+    return tuple(ext.rotary_qk(q, k, cos, sin, positions, offsets, shift, interleaved, conjugate, False))
+
+def _native_rotary_qk_fake(q, k, cos, sin, positions, offsets, shift, interleaved, conjugate):
+    return torch.empty_like(q), torch.empty_like(k)
+
+def _native_setup(ctx, inputs, output):
+    q, k, cos, sin, positions, offsets, shift, interleaved, conjugate = inputs
+    ctx.save_for_backward(cos, sin, positions, offsets)
+    ctx.shift, ctx.interleaved, ctx.conjugate = shift, interleaved, conjugate
+
+def _native_backward(ctx, grad_q, grad_k):
+    cos, sin, positions, offsets = ctx.saved_tensors
+    dq, dk = torch.ops.rope_lit.native_rotary_qk(grad_q.contiguous(), grad_k.contiguous(), cos, sin,
+                                                 positions, offsets, ctx.shift, ctx.interleaved,
+                                                 not ctx.conjugate)
+    return dq, dk, None, None, None, None, None, None, None
+
+if not hasattr(torch.ops.rope_lit, 'native_rotary_qk'):    # once per process
+    _native_op = torch.library.custom_op("rope_lit::native_rotary_qk", _native_rotary_qk_impl,
+                                         mutates_args=(), device_types='cpu')
+    _native_op.register_fake(_native_rotary_qk_fake)
+    _native_op.register_autograd(_native_backward, setup_context=_native_setup)
 
 # %% ../nbs/04_kernels.ipynb #direct02
 def native_qk_direct(

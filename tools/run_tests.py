@@ -7,7 +7,6 @@ PATH is a notebook or a folder (default: the project's `nbs/`). Cells whose flag
 """
 import argparse, os, sys
 from pathlib import Path
-from fastcore.parallel import parallel
 from nbdev.config import get_config
 from nbdev.doclinks import nbglob
 from nbdev.test import test_nb
@@ -38,14 +37,24 @@ def main():
     if len(files) == 1: n_workers = 0
     os.chdir(cfg.nbs_path)
     # `test_nb` (nbdev's own per-notebook runner) lives in an importable module, so worker processes
-    # can unpickle it even after a notebook's shell has replaced `__main__`.
-    results = parallel(test_nb, files, skip_flags=skip, force_flags=force, basepath=cfg.config_path,
-                       cell_timeout=args.cell_timeout, n_workers=n_workers, progress=False)
+    # can unpickle it even after a notebook's shell has replaced `__main__`. Each result is printed as it
+    # comes in, so a long run is never silent.
     passed = failed = 0
-    for f, (ok, secs) in zip(files, results):
+    def report(f, ok, secs):
+        nonlocal passed, failed
         name = f.relative_to(cfg.config_path) if f.is_relative_to(cfg.config_path) else f
-        print(f"{'PASS' if ok else 'FAIL'}  {name}  ({secs:.0f} s)")
+        print(f"{'PASS' if ok else 'FAIL'}  {name}  ({secs:.0f} s)", flush=True)
         passed, failed = passed + ok, failed + (not ok)
+    kw = dict(skip_flags=skip, force_flags=force, basepath=cfg.config_path, cell_timeout=args.cell_timeout)
+    print(f"run_tests: {len(files)} notebooks, {max(n_workers, 1)} at a time", flush=True)
+    if n_workers == 0:
+        for f in files: report(f, *test_nb(f, **kw))
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+        with ProcessPoolExecutor(n_workers, mp_context=multiprocessing.get_context('spawn')) as pool:
+            futures = {pool.submit(test_nb, f, **kw): f for f in files}
+            for fut in as_completed(futures): report(futures[fut], *fut.result())
     flags = f" (flags: {args.flags})" if args.flags else ''
     print(f"notebooks: {passed} passed, {failed} failed{flags}")
     sys.exit(0 if failed == 0 else 1)

@@ -12,7 +12,8 @@ from ..cli_args import atomic_write
 import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch import Tensor
-from tokenizers import Tokenizer, models, trainers, pre_tokenizers, decoders, normalizers
+try: from tokenizers import Tokenizer, models, trainers, pre_tokenizers, decoders, normalizers
+except ImportError: raise ImportError("rope_lit.translation needs the tokenizers package: pip install 'rope_lit[experiments]'") from None
 
 # %% auto #0
 __all__ = ['MULTI30K_SPLITS', 'MULTI30K_URL', 'MULTI30K_SHA256', 'REPO_ROOT', 'SPECIALS', 'PAD', 'BOS', 'EOS', 'UNK',
@@ -153,22 +154,30 @@ def download_multi30k(
     timeout:float=60,                  # seconds per request
 )->Path:                               # `cache_dir`
     "Download the raw Multi30k files into `cache_dir`, verify their checksums, keep verified files"
-    cache_dir = Path(cache_dir); cache_dir.mkdir(parents=True, exist_ok=True)
+    cache_dir = Path(cache_dir)
     files = list(files if files is not None else (checksums or {}))
     if not files: raise ValueError("files must name at least one file when checksums is None")
     if not base_url.endswith('/'): base_url += '/'
-    for name in files:
-        dest, want = cache_dir/name, (checksums or {}).get(name)
-        if dest.is_file() and (want is None or sha256(dest) == want): continue
-        try:
-            with urllib.request.urlopen(base_url + name, timeout=timeout) as r: data = r.read()
-        except OSError as e:
-            raise OSError(f"could not download {base_url + name}: {e}") from None
-        got = hashlib.sha256(data).hexdigest()
-        if want is not None and got != want:
-            raise ValueError(f"checksum mismatch for {name} from {base_url}: "
-                             f"expected sha256 {want}, got {got}")
-        atomic_write(dest, data)   # never a half-written file under the real name
+    made = [p for p in (cache_dir, *cache_dir.parents) if not p.exists()]   # folders this call creates
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        for name in files:
+            dest, want = cache_dir/name, (checksums or {}).get(name)
+            if dest.is_file() and (want is None or sha256(dest) == want): continue
+            try:
+                with urllib.request.urlopen(base_url + name, timeout=timeout) as r: data = r.read()
+            except OSError as e:
+                raise OSError(f"could not download {base_url + name}: {e}") from None
+            got = hashlib.sha256(data).hexdigest()
+            if want is not None and got != want:
+                raise ValueError(f"checksum mismatch for {name} from {base_url}: "
+                                 f"expected sha256 {want}, got {got}")
+            atomic_write(dest, data)   # never a half-written file under the real name
+    except BaseException:              # a failed download leaves no empty folder behind
+        for folder in made:
+            try: folder.rmdir()        # only if still empty: verified files stay
+            except OSError: break
+        raise
     return cache_dir
 
 # %% ../../nbs/10_mt_data.ipynb #0aab495e

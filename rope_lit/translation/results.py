@@ -258,7 +258,8 @@ def scheme_table(runs:list[dict], split:str='test_2016_flickr')->str:
 # %% ../../nbs/13_mt_results.ipynb #8e3b052d
 def plot_curves(runs:list[dict], title:str=''):
     "Training loss, validation loss and validation BLEU (greedy) per epoch for each run"
-    import matplotlib.pyplot as plt
+    try: import matplotlib.pyplot as plt
+    except ImportError: raise ImportError("plotting needs matplotlib: pip install 'rope_lit[experiments]'") from None
     fig, axs = plt.subplots(1, 3, figsize=(7.5, 3.1), layout='constrained')
     for r in runs:
         tr = [m for m in r['metrics'] if m['kind'] == 'train']; ep = [m for m in r['metrics'] if m['kind'] == 'epoch']
@@ -282,7 +283,8 @@ def attention_grid(
     width:float=7.5,      # figure width, inches
 ):
     "Heat maps of attention weights (0 dark, 1 yellow), token labels at 9 pt, `ncols` to a row"
-    import matplotlib.pyplot as plt
+    try: import matplotlib.pyplot as plt
+    except ImportError: raise ImportError("plotting needs matplotlib: pip install 'rope_lit[experiments]'") from None
     nrows = math.ceil(len(panels) / ncols)
     n_r, n_c = max(len(p[2]) for p in panels), max(len(p[3]) for p in panels)
     cell = (width - 1.1 * ncols) / ncols / n_c           # inches per token, labels beside each map

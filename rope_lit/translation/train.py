@@ -12,9 +12,12 @@ from pathlib import Path
 import torch, torch.nn.functional as F
 import torch.distributed as dist
 from torch import Tensor
-from tokenizers import Tokenizer
 from ..cli_args import atomic_write, load_checkpoint
-from sacrebleu.metrics import BLEU, CHRF
+try:
+    from tokenizers import Tokenizer
+    from sacrebleu.metrics import BLEU, CHRF
+except ImportError as e:
+    raise ImportError(f"rope_lit.translation needs the {e.name} package: pip install 'rope_lit[experiments]'") from None
 from .data import (PAD, BOS, EOS, MULTI30K_SPLITS, read_parallel, synthetic_corpus, multi30k_dir,
                                        multi30k_download_dir,
                                        train_tokenizer, encode_pairs, token_batches, collate)
