@@ -20,20 +20,66 @@ from .cli_args import atomic_write, load_checkpoint
 from .lm_cli import _parser, main   # the command line: a light module, fast `--help`
 
 # %% auto #0
-__all__ = ['REPO_ROOT', 'TINY_SHAKESPEARE', 'POSITIONS', 'VARIANTS', 'SETTINGS', 'load_text', 'generated_text', 'CharVocab',
-           'split_text', 'sinusoidal_positions', 'Block', 'CharLM', 'set_rotary_frequencies', 'variant_frequencies',
-           'train_lm', 'eval_loss', 'run_experiment', 'results_table', 'plot_results', 'save_results']
+__all__ = ['REPO_ROOT', 'TINY_SHAKESPEARE_URL', 'TINY_SHAKESPEARE_SHA256', 'TINY_SHAKESPEARE', 'POSITIONS', 'VARIANTS',
+           'SETTINGS', 'tiny_shakespeare_download_path', 'tiny_shakespeare_path', 'download_tiny_shakespeare',
+           'load_text', 'generated_text', 'CharVocab', 'split_text', 'sinusoidal_positions', 'Block', 'CharLM',
+           'set_rotary_frequencies', 'variant_frequencies', 'train_lm', 'eval_loss', 'run_experiment', 'results_table',
+           'plot_results', 'save_results']
 
 # %% ../nbs/14_char_lm.ipynb #8e6ee676
 REPO_ROOT = Path(rope_lit.__file__).resolve().parent.parent
-TINY_SHAKESPEARE = REPO_ROOT.parent/'shared'/'data'/'tinyshakespeare'/'input.txt'
+TINY_SHAKESPEARE_URL = 'https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt'
+TINY_SHAKESPEARE_SHA256 = '86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed'
+
+def tiny_shakespeare_download_path()->Path:
+    "Where `rope-lit-lm --download` puts Tiny Shakespeare: `$ROPE_LIT_TINY_SHAKESPEARE`, else the user's cache"
+    if os.environ.get('ROPE_LIT_TINY_SHAKESPEARE'): return Path(os.environ['ROPE_LIT_TINY_SHAKESPEARE'])
+    cache = os.environ.get('XDG_CACHE_HOME') or Path.home()/'.cache'
+    return Path(cache)/'rope_lit'/'tinyshakespeare'/'input.txt'
+
+def tiny_shakespeare_path()->Path:
+    "The text the `full` setting trains on: the downloaded copy, else `shared/data/tinyshakespeare` beside a checkout"
+    downloaded, beside = tiny_shakespeare_download_path(), REPO_ROOT.parent/'shared'/'data'/'tinyshakespeare'/'input.txt'
+    return beside if not downloaded.is_file() and beside.is_file() else downloaded
+
+TINY_SHAKESPEARE = tiny_shakespeare_path()   # as found at import
+
+def download_tiny_shakespeare(
+    dest:str|Path|None=None, # the file to write (default `tiny_shakespeare_download_path()`)
+    url:str|None=None,       # where to get it (http(s)://, file://); default `TINY_SHAKESPEARE_URL`
+    sha256:str|None=None,    # its expected SHA-256; default `TINY_SHAKESPEARE_SHA256`
+    timeout:float=60,        # seconds for the request
+)->Path:                     # `dest`, verified
+    "Download Tiny Shakespeare and check its SHA-256; a failed download leaves nothing behind"
+    import urllib.request
+    from rope_lit.cli_args import atomic_write
+    dest = Path(dest or tiny_shakespeare_download_path())
+    url, sha256 = url or TINY_SHAKESPEARE_URL, sha256 or TINY_SHAKESPEARE_SHA256
+    if dest.is_file() and hashlib.sha256(dest.read_bytes()).hexdigest() == sha256: return dest
+    made = [p for p in dest.parents if not p.exists()]   # folders this call creates
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as r: data = r.read()
+        except OSError as e: raise OSError(f"could not download {url}: {e}") from None
+        got = hashlib.sha256(data).hexdigest()
+        if got != sha256: raise ValueError(f"checksum mismatch for {url}: expected sha256 {sha256}, got {got}")
+        atomic_write(dest, data)
+    except BaseException:
+        for folder in made:
+            try: folder.rmdir()
+            except OSError: break
+        raise
+    return dest
 
 def load_text(
-    path:str|Path|None=None, # text file; None: Tiny Shakespeare at `TINY_SHAKESPEARE`
+    path:str|Path|None=None, # text file; None: Tiny Shakespeare (`tiny_shakespeare_path()`)
 )->str:                      # the file's contents
     "Read the training text, with a one-line error naming the path when it is missing"
-    path = Path(TINY_SHAKESPEARE if path is None else path)
-    if not path.is_file(): raise FileNotFoundError(f"data file not found: {path} (pass --data PATH, or --size tiny to use generated text)")
+    path = Path(tiny_shakespeare_path() if path is None else path)
+    if not path.is_file():
+        raise FileNotFoundError(f"data file not found: {path} (get Tiny Shakespeare with `rope-lit-lm --download`, "
+                                "pass --data PATH, or use --size tiny for generated text)")
     return path.read_text(encoding='utf-8')
 
 # %% ../nbs/14_char_lm.ipynb #0df8df78

@@ -50,6 +50,12 @@ def _parser():
              "minutes per model); default tiny",
     )
     ap.add_argument(
+        '--download',
+        action='store_true',
+        help="download Tiny Shakespeare (checked against its SHA-256) to $ROPE_LIT_TINY_SHAKESPEARE or "
+             "~/.cache/rope_lit/tinyshakespeare/input.txt, print where, and exit",
+    )
+    ap.add_argument(
         '--data',
         default=None,
         help="text file to train on (default: Tiny Shakespeare for full, generated text for tiny; "
@@ -154,6 +160,11 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     ap = _parser()
     args = ap.parse_args(argv)
+    if args.download:
+        from rope_lit.char_lm import download_tiny_shakespeare
+        try: print(download_tiny_shakespeare())
+        except (OSError, ValueError) as e: ap.exit(1, f"{ap.prog}: error: {e}\n")
+        return None if from_cli else 0
     d, h = args.d_model, args.n_heads
     if d is not None and h is not None and d % (2 * h):
         ap.error(
