@@ -885,6 +885,19 @@ def rotary_append_native(
     return ext.rotary_append(q, k, v, k_cache, v_cache, cos, sin, positions, offsets, shift,
                              bool(interleaved))
 
+# %% ../nbs/04_kernels.ipynb #89b7b58a
+def _native_append_impl(q:Tensor, k:Tensor, v:Tensor, k_cache:Tensor, v_cache:Tensor, cos:Tensor,
+                        sin:Tensor, positions:Optional[Tensor], offsets:Optional[Tensor], shift:int,
+                        interleaved:bool) -> Tensor:
+    return rotary_append_native(q, k, v, k_cache, v_cache, cos, sin,
+                                offsets if offsets is not None else shift, positions, interleaved)
+
+if not hasattr(torch.ops.rope_lit, 'native_rotary_append'):   # once per process
+    _append_op = torch.library.custom_op("rope_lit::native_rotary_append", _native_append_impl,
+                                         mutates_args=('k_cache', 'v_cache'), device_types='cpu')
+    _append_op.register_fake(lambda q, k, v, k_cache, v_cache, cos, sin, positions, offsets, shift,
+                             interleaved: torch.empty_like(q))
+
 # %% ../nbs/04_kernels.ipynb #ddd40e72
 def rotary_append(
     q:Tensor, k:Tensor, v:Tensor,    # new queries, keys, values (see `rotary_append_eager`)
@@ -899,6 +912,11 @@ def rotary_append(
     fn = backend if callable(backend) else select_backend(backend, q.device.type)
     args = (q, k, v, k_cache, v_cache, cos, sin, offset, positions, interleaved)
     grad = torch.is_grad_enabled() and any(getattr(t, 'requires_grad', False) for t in (q, k, v))
+    if (not grad and fn is rotary_qk_native and _NATIVE_POSSIBLE and torch.compiler.is_compiling()
+            and q.device.type == 'cpu'):                   # a compiled step: the operator, one graph node
+        offsets, shift = (offset, 0) if isinstance(offset, Tensor) else (None, _int64(offset))
+        return torch.ops.rope_lit.native_rotary_append(q, k, v, k_cache, v_cache, cos, sin, positions,
+                                                       offsets, shift, bool(interleaved))
     if not grad and not torch.compiler.is_compiling():   # the kernels have no autograd
         if fn is rotary_qk_native: return rotary_append_native(*args)
         if fn is rotary_qk_triton and q.dtype != torch.float64: return rotary_append_triton(*args)
