@@ -477,6 +477,9 @@ def _check_offset(offset, batch:int):
         if tuple(offset.shape) != (batch,): raise ValueError(f"offset tensor must have shape (batch,) = ({batch},), got {tuple(offset.shape)}")
     elif isinstance(offset, bool) or not isinstance(offset, int): raise TypeError(f"offset must be an int or an integer tensor of shape (batch,), got {type(offset).__name__}")
     elif offset < 0: raise ValueError(f"offset must be non-negative, got {offset}")
+    elif offset > MAX_POSITION:
+        raise IndexError(f"offset {offset} is past 2**53, beyond which float64 angles no longer tell "
+                         "neighbouring positions apart")
 
 def _same_device(a, b)->bool:
     "Whether devices `a` and `b` are the same; a device without index ('cuda') means the current one of its type"
