@@ -58,6 +58,7 @@ def make_apply_rotary_pos_emb(
         q_rot, k_rot = rotate(q, k, c, s, interleaved=interleaved)
         if unsqueeze_dim == 2: q_rot, k_rot = q_rot.transpose(1, 2), k_rot.transpose(1, 2)
         return q_rot, k_rot
+    apply_rotary_pos_emb.checked = checked   # `patch` clears it: each patched model is checked again
     return apply_rotary_pos_emb
 
 # %% ../nbs/06_transformers.ipynb #7db71010
@@ -144,6 +145,7 @@ def kernel_hook_status()->str:
 # %% ../nbs/06_transformers.ipynb #01324cb5
 PATCHED = 'rope_lit.hf.patched'       # the modules that hold patched forwards' globals are named under it
 _OWN = ('__name__', '__spec__', '__loader__', '__package__')   # a module's own names, not copied
+_modules_lock = __import__('threading').Lock()
 
 def forward_calling(
     forward,                # a class's `forward` function (undecorated)
@@ -152,10 +154,11 @@ def forward_calling(
 ):                          # a copy of `forward` that calls `rotary`
     "`forward` with its global `apply_rotary_pos_emb` bound to `rotary`: same code, globals of its own"
     name = f"{PATCHED}.{forward.__module__.replace('.', '_')}.{key}"
-    mod = sys.modules.get(name) or types.ModuleType(name)
-    mod.__dict__.update({k: v for k, v in forward.__globals__.items() if k not in _OWN})
-    mod.__dict__[ROTARY] = rotary
-    sys.modules[name] = mod           # a real module, so that torch.compile can import and guard on it
+    with _modules_lock:
+        mod = sys.modules.get(name) or types.ModuleType(name)
+        mod.__dict__.update({k: v for k, v in forward.__globals__.items() if k not in _OWN})
+        mod.__dict__[ROTARY] = rotary
+        sys.modules[name] = mod       # a real module, so that torch.compile can import and guard on it
     f = types.FunctionType(forward.__code__, mod.__dict__, forward.__name__, forward.__defaults__,
                            forward.__closure__)
     f.__kwdefaults__, f.__qualname__, f.__doc__ = (forward.__kwdefaults__, forward.__qualname__,
@@ -176,6 +179,9 @@ def rewrapped(
     "The decorators of `outer`, rebuilt around `inner`"
     held = getattr(outer, '__wrapped__', None)
     if held is None: return inner
+    if not isinstance(outer, types.FunctionType):
+        raise TypeError(f"rope_lit.hf.patch: {owner}.forward is wrapped by a {type(outer).__name__} object, "
+                        "not a function; rope_lit cannot rebuild it")
     new = rewrapped(held, inner, owner)
     cells = outer.__closure__ or ()
     hits = [n for n, c in enumerate(cells) if _cell(c) is held]
@@ -243,6 +249,7 @@ def patch(
         if type(m) not in made:       # one patched forward per class, shared by its layers
             form, interleaved = pairings[fn]
             key = f"{form}_{'interleaved' if interleaved else 'split'}_{backend}_{owner}"
+            getattr(_rotary(form, backend, interleaved, owner), 'checked', []).clear()   # checked again
             made[type(m)] = rewrapped(type(m).forward,
                                       forward_calling(inner, _rotary(form, backend, interleaved, owner), key),
                                       owner)
@@ -278,7 +285,7 @@ def patched_modules(model:nn.Module)->list:
 # %% ../nbs/06_transformers.ipynb #c1b6e7af
 def _swap_rotation(model:nn.Module, rotary)->nn.Module:
     "Patch `model` with the given `apply_rotary_pos_emb` (no checks: the benchmark's no-rotation reference)"
-    plan = [(m, rewrapped(type(m).forward, forward_calling(inner, rotary, f'swap_{rotary.__name__}')),
+    plan = [(m, rewrapped(type(m).forward, forward_calling(inner, rotary, f'swap_{id(rotary)}')),
              _slot(m, name or type(m).__name__))
             for name, m in model.named_modules() if (inner := rotary_forward(m)) is not None]
     return _put(model, plan)         # every module planned first: a refusal changes nothing

@@ -12,7 +12,7 @@ __all__ = ['COMPILE_MIN_NUMEL', 'CPU_KERNEL_PATH', 'CPU_KERNEL_SOURCE', 'BACKEND
            'check_backend', 'worst_errors']
 
 # %% ../nbs/04_kernels.ipynb #7cd199f8
-import fcntl, functools, hashlib, importlib.util, inspect, itertools, operator, os, platform, shutil, stat, sys
+import atexit, fcntl, functools, hashlib, importlib.util, inspect, itertools, operator, os, platform, shutil, stat, sys
 import tempfile, threading, time, warnings
 from pathlib import Path
 from typing import Optional
@@ -434,11 +434,21 @@ def native_possible()->bool:
     "Can the native CPU kernel be built here (Linux, a C++ compiler, not `ROPE_LIT_NATIVE=0`)?"
     return _NATIVE_POSSIBLE
 
-def _own(path:Path)->bool:
-    "Is `path` (not a symbolic link) this user's, and writable by no one else?"
+def _own(path:Path, group_ok:bool=False)->bool:
+    "Is `path` (not a symbolic link) this user's, and writable by no one else (nor by the group, unless `group_ok`)?"
     try: st = os.lstat(path)
     except OSError: return False
-    return not stat.S_ISLNK(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+    return (not stat.S_ISLNK(st.st_mode) and st.st_uid == os.geteuid()
+            and not st.st_mode & (0o002 if group_ok else 0o022))
+
+def _safe_parents(path:Path)->bool:
+    "Can no one else rename or replace `path`: every folder above it the user's or root's, and shared only if sticky?"
+    for parent in path.resolve().parents:
+        try: st = os.stat(parent)
+        except OSError: return False
+        if st.st_uid not in (0, os.geteuid()): return False
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX: return False
+    return True
 
 _private_fallback = {}
 
@@ -448,10 +458,15 @@ def native_cache_dir()->Path:
     root = Path(root) if root else Path(os.environ.get('XDG_CACHE_HOME') or Path.home() / '.cache') / 'rope_lit'
     try: root.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError: pass
-    if _own(root): return root
+    if _own(root, group_ok=True) and not _own(root):   # ours, but group-writable (a umask of 002): close it
+        try: os.chmod(root, 0o700)
+        except OSError: pass
+    if _own(root) and _safe_parents(root): return root
     if root not in _private_fallback:   # another user could plant a library there: not ours to load
         _private_fallback[root] = Path(tempfile.mkdtemp(prefix='rope_lit-'))
-        _say(f"not using the cache folder {root}: it is not this user's, or others can write to it; "
+        atexit.register(shutil.rmtree, _private_fallback[root], ignore_errors=True)   # one process's folder
+        _say(f"not using the cache folder {root}: it, or a folder above it, is not this user's, "
+             "or others can write to it; "
              f"building in the private folder {_private_fallback[root]} instead")
     return _private_fallback[root]
 
@@ -472,7 +487,7 @@ def _digest(path:Path)->str:
 def _load_verified(name:str, so:Path):
     "The library `so` imported, if it is whole (size and hash as recorded at its build); else None, and it is removed"
     record = so.with_suffix('.sha256')
-    try: whole = _own(so) and record.read_text() == _digest(so)
+    try: whole = _own(so, group_ok=True) and record.read_text() == _digest(so)   # in a folder only we can enter
     except OSError: whole = False
     if not whole:                     # truncated, changed, or from an older rope_lit: build it again
         so.unlink(missing_ok=True); record.unlink(missing_ok=True)
@@ -559,6 +574,10 @@ def _int64(offset)->int:
         raise IndexError(f"offset {v} is outside every cos/sin table and cache (it does not fit in 64 bits)")
     return v
 
+def _shift(offset):
+    "An int offset inside a traced graph: a symbolic one stays symbolic (no recompile per value)"
+    return offset if isinstance(offset, torch.SymInt) else _int64(offset)
+
 def rotary_qk_native(
     q:Tensor,                        # (batch, heads_q, seq, head_dim), on the CPU
     k:Tensor,                        # (batch, heads_k, seq, head_dim)
@@ -573,7 +592,7 @@ def rotary_qk_native(
     if torch.compiler.is_compiling():   # a traced graph calls the kernel as the operator below
         if not _NATIVE_POSSIBLE or cos.requires_grad or sin.requires_grad:
             return rotary_qk_compiled(q, k, cos, sin, positions, interleaved, inplace, offset)
-        offsets, shift = (offset, 0) if isinstance(offset, Tensor) else (None, _int64(offset))
+        offsets, shift = (offset, 0) if isinstance(offset, Tensor) else (None, _shift(offset))
         qo, ko = torch.ops.rope_lit.native_rotary_qk(q, k, cos, sin, positions, offsets, shift,
                                                       bool(interleaved), False)
         return (q.copy_(qo), k.copy_(ko)) if inplace else (qo, ko)
@@ -610,8 +629,10 @@ def _native_rotary_qk_impl(q:Tensor, k:Tensor, cos:Tensor, sin:Tensor, positions
                                   False, offsets if offsets is not None else shift)
     return tuple(ext.rotary_qk(q, k, cos, sin, positions, offsets, shift, interleaved, conjugate, False))
 
+def _dense_last(t): return t if t.stride(-1) == 1 or t.size(-1) == 1 else t.contiguous()
+
 def _native_rotary_qk_fake(q, k, cos, sin, positions, offsets, shift, interleaved, conjugate):
-    return torch.empty_like(q), torch.empty_like(k)
+    return torch.empty_like(_dense_last(q)), torch.empty_like(_dense_last(k))   # as the C++ allocates them
 
 def _native_setup(ctx, inputs, output):
     q, k, cos, sin, positions, offsets, shift, interleaved, conjugate = inputs
@@ -896,7 +917,7 @@ if not hasattr(torch.ops.rope_lit, 'native_rotary_append'):   # once per process
     _append_op = torch.library.custom_op("rope_lit::native_rotary_append", _native_append_impl,
                                          mutates_args=('k_cache', 'v_cache'), device_types='cpu')
     _append_op.register_fake(lambda q, k, v, k_cache, v_cache, cos, sin, positions, offsets, shift,
-                             interleaved: torch.empty_like(q))
+                             interleaved: torch.empty_like(_dense_last(q)))
 
 # %% ../nbs/04_kernels.ipynb #ddd40e72
 def rotary_append(
@@ -914,7 +935,7 @@ def rotary_append(
     grad = torch.is_grad_enabled() and any(getattr(t, 'requires_grad', False) for t in (q, k, v))
     if (not grad and fn is rotary_qk_native and _NATIVE_POSSIBLE and torch.compiler.is_compiling()
             and q.device.type == 'cpu'):                   # a compiled step: the operator, one graph node
-        offsets, shift = (offset, 0) if isinstance(offset, Tensor) else (None, _int64(offset))
+        offsets, shift = (offset, 0) if isinstance(offset, Tensor) else (None, _shift(offset))
         return torch.ops.rope_lit.native_rotary_append(q, k, v, k_cache, v_cache, cos, sin, positions,
                                                        offsets, shift, bool(interleaved))
     if not grad and not torch.compiler.is_compiling():   # the kernels have no autograd

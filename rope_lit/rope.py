@@ -651,8 +651,9 @@ def set_frequencies(self:RotaryEmbedding,
     if tuple(inv_freq.shape) != (half,): raise ValueError(f"inv_freq must have shape (rotary_dim//2,) = ({half},), got {tuple(inv_freq.shape)}")
     inv_freq = inv_freq.detach().to(device='cpu', dtype=torch.float64)
     if not bool(torch.isfinite(inv_freq).all()): raise ValueError("inv_freq must be finite")
+    factor = _check_attention_factor(attention_factor)           # every check before any change
     self._inv_freq64, self._dynamic = inv_freq, False
-    self.__dict__['_attention_factor'] = _check_attention_factor(attention_factor)
+    self.__dict__['_attention_factor'] = factor
     self._build(len(self.cos_cached))
     return self
 
