@@ -154,6 +154,10 @@ def run_command(args: argparse.Namespace) -> dict | list:
     tag = ''  # a partial evaluation is written beside the full one, never over it
     if args.n_eval:
         cfg.n_eval, tag = args.n_eval, f".n{args.n_eval}"
+    path = Path(args.run_dir) / f'results{tag}.json'
+    try: summary = json.loads(path.read_text()) if path.exists() else None   # read first: not after the decoding
+    except ValueError:
+        raise ValueError(f"{path} is not valid JSON: move it away, or restore it from a copy") from None
     splits = load_splits(cfg)
     res = evaluate(
         model,
@@ -165,10 +169,7 @@ def run_command(args: argparse.Namespace) -> dict | list:
         tag=tag,
         progress=not args.no_progress,
     )
-    path = Path(args.run_dir) / f'results{tag}.json'
-    if path.exists():
-        summary = json.loads(path.read_text())
-    else:
+    if summary is None:
         summary = {'config': json.loads((Path(args.run_dir) / 'config.json').read_text())}
     summary.setdefault('results', {}).update(res)
     atomic_write(path, json.dumps(summary, indent=1, ensure_ascii=False))

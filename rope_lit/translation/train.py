@@ -273,9 +273,15 @@ def read_config(run_dir:Path)->TranslationConfig:
     "The `TranslationConfig` saved in `run_dir/config.json`, with one-line errors"
     path = Path(run_dir)/'config.json'
     if not path.is_file(): raise FileNotFoundError(f"run_dir {run_dir} has no config.json: not a run")
-    try: return TranslationConfig(**json.loads(path.read_text()))
+    try: cfg = TranslationConfig(**json.loads(path.read_text()))
     except (ValueError, TypeError): raise ValueError(f"{path} is truncated or corrupt (not a run's JSON config): "
                                                      "restore it from a copy, or train the run again") from None
+    kinds = {'int': int, 'float': (int, float), 'str': str, 'bool': bool}
+    for f in dataclasses.fields(cfg):          # each plain setting of the kind its field declares
+        want, v = kinds.get(f.type), getattr(cfg, f.name)
+        if want and (not isinstance(v, want) or (isinstance(v, bool) and f.type != 'bool')):
+            raise ValueError(f"{path}: {f.name} must be {f.type}, got {v!r}: restore the file from a copy")
+    return cfg
 
 def hardware(device)->str:
     "A one-line description of the hardware a run used"
@@ -305,7 +311,10 @@ def load_model(run_dir:str|Path, device='cpu')->tuple[Seq2SeqTransformer,Tokeniz
     model = Seq2SeqTransformer(tok.get_vocab_size(), cfg.N, cfg.d_model, cfg.d_ff, cfg.h, cfg.dropout, cfg.position, cfg.max_len)
     ck = run_dir/'checkpoints'/'last.pt'
     if not ck.is_file(): raise FileNotFoundError(f"run_dir {run_dir} has no checkpoints/last.pt")
-    model.load_state_dict(read_checkpoint(ck)['model'])
+    try: model.load_state_dict(read_checkpoint(ck)['model'])
+    except (RuntimeError, KeyError) as e:     # other sizes, another position scheme, another vocabulary
+        raise ValueError(f"checkpoint {ck} does not match {run_dir/'config.json'} and the tokenizer "
+                         f"({str(e).splitlines()[0][:120]}): the files come from different runs") from None
     return model.to(check_device(device)).eval(), tok, cfg
 
 
