@@ -302,6 +302,18 @@ def eval_loss(model, examples, cfg, device)->float:
 def _log(path, rec):
     with open(path, 'a') as f: f.write(json.dumps(rec) + '\n')
 
+def _trim_metrics(path:Path, state:dict):
+    "Drop the records a killed run wrote after its last checkpoint: the resumed run writes them again"
+    if not path.is_file(): return
+    keep = []
+    for line in path.read_text().splitlines():
+        try: rec = json.loads(line)
+        except ValueError: continue                      # a line cut short by the kill
+        done_epoch = rec.get('kind') != 'epoch' or rec.get('epoch', 0) <= state['epoch']
+        if rec.get('step', 0) <= state['step'] and done_epoch:
+            keep.append(line)
+    atomic_write(path, ''.join(l + '\n' for l in keep))
+
 # %% ../../nbs/12_mt_train.ipynb #6c0092d4
 def load_model(run_dir:str|Path, device='cpu')->tuple[Seq2SeqTransformer,Tokenizer,TranslationConfig]:
     "The model (weights of `checkpoints/last.pt`), tokenizer and config of a run"
@@ -465,6 +477,7 @@ def train(
     if world > 1: net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == 'cuda' else None)
     fwd = torch.compile(net, dynamic=True) if cfg.compile else net
     metrics = run_dir/'metrics.jsonl'
+    if resume and main: _trim_metrics(metrics, st)   # after a kill -9: one record per step and kind
     saved, received, halt = dict(step=st['step'] if resume else None), [], dict(signal=0)
 
     def diverged(what:str, finite:bool):   # a NaN/inf anywhere stops every process before anything is written
