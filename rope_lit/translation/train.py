@@ -135,8 +135,12 @@ def load_splits(cfg:TranslationConfig)->dict[str,list[tuple[str,str]]]:
 
 # %% ../../nbs/12_mt_train.ipynb #c403b1b4
 def atomic_save(obj, path:str|Path):
-    "`torch.save` `obj` to `path` atomically (`atomic_write`: temporary file, fsync, `os.replace`)"
-    atomic_write(path, write=lambda tmp: torch.save(obj, tmp))
+    "`torch.save` `obj` to `path` atomically (`atomic_write`: temporary file, fsync, `os.replace`); one-line errors"
+    try: atomic_write(path, write=lambda tmp: torch.save(obj, tmp))
+    except (OSError, RuntimeError) as e:    # e.g. a full disk: torch's writer raises a long RuntimeError
+        free = shutil.disk_usage(Path(path).parent).free if Path(path).parent.is_dir() else 0
+        raise OSError(f"could not write {path} ({str(e).strip().splitlines()[0][:100]}); {free / 2**20:.0f} MiB free "
+                      "there: the previous file, if any, is unchanged") from None
 
 def rng_state()->dict:
     "The Python, torch CPU and CUDA RNG states"
