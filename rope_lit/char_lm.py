@@ -51,26 +51,11 @@ def download_tiny_shakespeare(
     timeout:float=60,        # seconds for the request
 )->Path:                     # `dest`, verified
     "Download Tiny Shakespeare and check its SHA-256; a failed download leaves nothing behind"
-    import urllib.request
-    from rope_lit.cli_args import atomic_write
+    from rope_lit.cli_args import fetch_verified
     dest = Path(dest or tiny_shakespeare_download_path())
     url, sha256 = url or TINY_SHAKESPEARE_URL, sha256 or TINY_SHAKESPEARE_SHA256
     if dest.is_file() and hashlib.sha256(dest.read_bytes()).hexdigest() == sha256: return dest
-    made = [p for p in dest.parents if not p.exists()]   # folders this call creates
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with urllib.request.urlopen(url, timeout=timeout) as r: data = r.read()
-        except OSError as e: raise OSError(f"could not download {url}: {e}") from None
-        got = hashlib.sha256(data).hexdigest()
-        if got != sha256: raise ValueError(f"checksum mismatch for {url}: expected sha256 {sha256}, got {got}")
-        atomic_write(dest, data)
-    except BaseException:
-        for folder in made:
-            try: folder.rmdir()
-            except OSError: break
-        raise
-    return dest
+    return fetch_verified(url, dest, sha256, timeout)
 
 def load_text(
     path:str|Path|None=None, # text file; None: Tiny Shakespeare (`tiny_shakespeare_path()`)

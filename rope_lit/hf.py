@@ -6,7 +6,7 @@ Docs: https://rope-lit.github.io/rope_lit/transformers.html.md"""
 
 # %% ../nbs/06_transformers.ipynb #27ce3cef
 from __future__ import annotations
-import functools, inspect, math, os, platform, statistics, sys, time, types
+import functools, inspect, math, os, platform, statistics, sys, threading, time, types
 import torch
 from torch import Tensor, nn
 from .kernels import BACKENDS, select_backend
@@ -145,7 +145,7 @@ def kernel_hook_status()->str:
 # %% ../nbs/06_transformers.ipynb #01324cb5
 PATCHED = 'rope_lit.hf.patched'       # the modules that hold patched forwards' globals are named under it
 _OWN = ('__name__', '__spec__', '__loader__', '__package__')   # a module's own names, not copied
-_modules_lock = __import__('threading').Lock()
+_modules_lock = threading.Lock()
 
 def forward_calling(
     forward,                # a class's `forward` function (undecorated)
@@ -249,10 +249,9 @@ def patch(
         if type(m) not in made:       # one patched forward per class, shared by its layers
             form, interleaved = pairings[fn]
             key = f"{form}_{'interleaved' if interleaved else 'split'}_{backend}_{owner}"
-            getattr(_rotary(form, backend, interleaved, owner), 'checked', []).clear()   # checked again
-            made[type(m)] = rewrapped(type(m).forward,
-                                      forward_calling(inner, _rotary(form, backend, interleaved, owner), key),
-                                      owner)
+            rotary = _rotary(form, backend, interleaved, owner)
+            getattr(rotary, 'checked', []).clear()       # this model's tables are checked on its first call
+            made[type(m)] = rewrapped(type(m).forward, forward_calling(inner, rotary, key), owner)
         plan.append((m, made[type(m)], _slot(m, name or type(model).__name__)))
     if not plan:
         raise ValueError(f"rope_lit.hf.patch: no module of {type(model).__name__} has a forward that "

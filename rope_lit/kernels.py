@@ -22,6 +22,7 @@ from torch import Tensor
 from .rope import rotary_qk as rotary_qk_eager, _complex_viewable, _rotate_complex
 from .rope import rotary_cos_sin, check_table_rows
 from .frequencies import rope_frequencies
+from .cli_args import atomic_write
 try:
     import triton
     import triton.language as tl
@@ -527,7 +528,7 @@ def _build_native(verbose, source=None, functions=_NATIVE_FUNCTIONS, prefix='rop
                                            extra_cflags=_NATIVE_CFLAGS, extra_ldflags=['-fopenmp'],
                                            build_directory=str(build), verbose=verbose, **kw)
         record = so.with_suffix('.sha256')
-        tmp = record.with_suffix('.tmp'); tmp.write_text(_digest(so)); os.replace(tmp, record)
+        atomic_write(record, _digest(so))
         _say(f"{what} built in {time.perf_counter() - start:.1f} s")
         return module
 

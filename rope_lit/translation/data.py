@@ -6,9 +6,9 @@ Docs: https://rope-lit.github.io/rope_lit/mt_data.html.md"""
 
 # %% ../../nbs/10_mt_data.ipynb #634e5f5b
 from __future__ import annotations
-import gzip, hashlib, os, random, urllib.request
+import gzip, hashlib, os, random
 from pathlib import Path
-from ..cli_args import atomic_write
+from ..cli_args import fetch_verified
 import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch import Tensor
@@ -158,26 +158,10 @@ def download_multi30k(
     files = list(files if files is not None else (checksums or {}))
     if not files: raise ValueError("files must name at least one file when checksums is None")
     if not base_url.endswith('/'): base_url += '/'
-    made = [p for p in (cache_dir, *cache_dir.parents) if not p.exists()]   # folders this call creates
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        for name in files:
-            dest, want = cache_dir/name, (checksums or {}).get(name)
-            if dest.is_file() and (want is None or sha256(dest) == want): continue
-            try:
-                with urllib.request.urlopen(base_url + name, timeout=timeout) as r: data = r.read()
-            except OSError as e:
-                raise OSError(f"could not download {base_url + name}: {e}") from None
-            got = hashlib.sha256(data).hexdigest()
-            if want is not None and got != want:
-                raise ValueError(f"checksum mismatch for {name} from {base_url}: "
-                                 f"expected sha256 {want}, got {got}")
-            atomic_write(dest, data)   # never a half-written file under the real name
-    except BaseException:              # a failed download leaves no empty folder behind
-        for folder in made:
-            try: folder.rmdir()        # only if still empty: verified files stay
-            except OSError: break
-        raise
+    for name in files:
+        dest, want = cache_dir/name, (checksums or {}).get(name)
+        if dest.is_file() and (want is None or sha256(dest) == want): continue
+        fetch_verified(base_url + name, dest, want, timeout)   # verified, whole, or nothing left behind
     return cache_dir
 
 # %% ../../nbs/10_mt_data.ipynb #0aab495e
