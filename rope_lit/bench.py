@@ -204,7 +204,7 @@ def run_benchmark(
     progress:bool=True,                # show a progress bar
 )->tuple:                              # (rows, notes): one dict per measurement (CPU rows name their `environment`); why methods were skipped
     "Time rope_lit and its peers side by side with the copy floor"
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
     chosen = [m for m in all_methods() if methods is None or m.name in methods or not m.peer]
     notes = {}
     for m in chosen:

@@ -253,7 +253,7 @@ def train_lm(
     model.train()
     bar = range(steps)
     if progress:
-        from tqdm.auto import tqdm
+        from tqdm import tqdm
         bar = tqdm(bar, desc=f"train {model.position}", leave=False)
     for _ in bar:
         starts = torch.randint(0, len(train_ids) - context - 1, (batch_size,), generator=gen)

@@ -20,7 +20,7 @@ import rope_lit
 import torch
 from torch import Tensor
 from .rope import rotary_qk as rotary_qk_eager, _complex_viewable, _rotate_complex
-from .rope import rotary_cos_sin, check_table_rows
+from .rope import rotary_cos_sin, check_table_rows, check_disjoint
 from .frequencies import rope_frequencies
 from .cli_args import atomic_write
 try:
@@ -230,9 +230,12 @@ def _check_args(q, k, cos, sin, positions, inplace):
     if cos.shape != sin.shape: raise ValueError(f"sin must have the shape of cos {tuple(cos.shape)}, got {tuple(sin.shape)}")
     if 2 * cos.shape[-1] > q.shape[-1]: raise ValueError(f"cos has {cos.shape[-1]} columns: rotary_dim {2*cos.shape[-1]} > head_dim {q.shape[-1]}")
     if positions is not None and positions.is_floating_point(): raise TypeError(f"positions must be an integer tensor, got {positions.dtype}")
+    if inplace: check_disjoint(q, k)        # shared memory would be rotated twice
 
 def _offset_rows(q, cos, sin, positions, offset):
     "Fold an int `offset` into `positions` or a slice of the table; a tensor offset stays a (batch,) tensor"
+    if isinstance(offset, Tensor) and offset.device.type == 'meta' and q.device.type != 'meta':
+        raise ValueError(f"offset is on the meta device, which holds no values: give it on {q.device}")
     if offset is None or isinstance(offset, Tensor): return cos, sin, positions, offset
     if positions is not None: return cos, sin, (positions + offset if offset else positions), None
     S = q.shape[2]
@@ -369,7 +372,7 @@ def rotary_qk_compiled(
         positions = (positions if positions is not None
                      else torch.arange(q.shape[2], device=q.device)) + offset[:, None]
     if positions is not None:
-        check_table_rows(positions, cos.shape[-2])               # never wrap around like Python indices
+        check_table_rows(positions, cos.shape[-2], cos.device)   # never wrap around like Python indices
         cos, sin = cos[positions], sin[positions]
     # traced by an outer compiler (or cos/sin need gradients): the plain formula
     if cos.requires_grad or sin.requires_grad or torch.compiler.is_compiling():
@@ -607,6 +610,7 @@ def rotary_qk_native(
         return rotary_qk_compiled(q, k, cos, sin, positions, interleaved, inplace, offset)
     if positions is not None and not isinstance(positions, Tensor):
         raise TypeError(f"positions must be an integer tensor, got {type(positions).__name__}")
+    if inplace: check_disjoint(q, k)          # the C++ check gives up on views that are not dense
     offsets, shift = (offset, 0) if isinstance(offset, Tensor) else (None, _int64(offset))
     try:
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
@@ -721,6 +725,7 @@ def _check_append(q, k, v, k_cache, v_cache, cos, sin, positions, offset)->tuple
                         + ", ".join(str(t.dtype) for t in (q, k, v, k_cache, v_cache)))
     if k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
         raise ValueError("the caches need a contiguous last dimension")
+    check_disjoint(k_cache, v_cache, ('k_cache', 'v_cache'))   # each is written in place
     if not (isinstance(cos, Tensor) and isinstance(sin, Tensor)) or cos.shape != sin.shape:
         raise ValueError(f"sin must have the shape of cos {tuple(getattr(cos, 'shape', ()))}")
     if not (cos.dim() == 2 or (cos.dim() == 3 and positions is None
@@ -736,6 +741,10 @@ def _check_append(q, k, v, k_cache, v_cache, cos, sin, positions, offset)->tuple
         if tuple(positions.shape) not in ((S,), (1, S), (B, S)):
             raise ValueError(f"positions must be (seq,) or (batch, seq) = ({S},) or ({B}, {S}), "
                              f"got {tuple(positions.shape)}")
+    for name, t in (('positions', positions), ('offset', offset)):
+        if isinstance(t, Tensor) and t.device.type == 'meta' and q.device.type != 'meta':
+            raise ValueError(f"{name} is on the meta device, which holds no values: "
+                             f"give it on {q.device}")
     if isinstance(offset, Tensor):
         if offset.is_floating_point() or offset.dtype == torch.bool or offset.numel() != B:
             raise ValueError(f"offset must be an int or an integer tensor (batch,) = ({B},)")
@@ -903,6 +912,8 @@ def rotary_append_native(
     if ext is None:                  # not buildable here: rotate, then copy
         return rotary_append_eager(q, k, v, k_cache, v_cache, cos, sin, offset, positions,
                                    interleaved, rotate=rotary_qk_native)
+    if isinstance(k_cache, Tensor) and isinstance(v_cache, Tensor):   # C++ gives up on strided views
+        check_disjoint(k_cache, v_cache, ('k_cache', 'v_cache'))
     offsets, shift = (offset, 0) if isinstance(offset, Tensor) else (None, _int64(offset))
     return ext.rotary_append(q, k, v, k_cache, v_cache, cos, sin, positions, offsets, shift,
                              bool(interleaved))

@@ -15,7 +15,7 @@ from .frequencies import rope_frequencies
 # %% auto #0
 __all__ = ['GROW_LIMIT', 'MAX_POSITION', 'apply_rotary', 'rotary_cos_sin', 'rotary_matrix_dense', 'apply_rotary_dense',
            'apply_rotary_complex', 'LabmlRotaryPositionalEmbeddings', 'course_sinusoid', 'course_apply_rotary_emb',
-           'apply_rotary_', 'check_table_rows', 'rotary_qk', 'resolve_backend', 'RotaryEmbedding',
+           'apply_rotary_', 'check_table_rows', 'rotary_qk', 'check_disjoint', 'resolve_backend', 'RotaryEmbedding',
            'frequency_pair_streams', 'grid_positions', 'varlen_positions']
 
 # %% ../nbs/02_rope.ipynb #5d0a4546
@@ -206,12 +206,16 @@ def apply_rotary_(x:Tensor, cos:Tensor, sin:Tensor, interleaved=False)->Tensor:
 def check_table_rows(
     positions:Tensor,       # integer rows into a cos/sin table
     n_rows:int,             # the table's length
+    device=None,            # where the table is: positions on the meta device hold no rows to check
 ):
     "Raise a one-line error unless every position is a row of the table (never wrap around like Python indices)"
     if not isinstance(positions, Tensor) or positions.is_floating_point() or positions.is_complex() \
             or positions.dtype == torch.bool:
         raise TypeError(f"positions must be an integer tensor, got "
                         f"{getattr(positions, 'dtype', type(positions).__name__)}")
+    if positions.device.type == 'meta' and device is not None and torch.device(device).type != 'meta':
+        raise ValueError("positions is on the meta device, which holds no values: "
+                         f"give it on {torch.device(device).type}")
     if positions.numel() == 0 or torch.compiler.is_compiling() or positions.device.type == 'meta': return
     lo, hi = torch.aminmax(positions)
     lo, hi = int(lo), int(hi)                                   # one read of two numbers
@@ -232,11 +236,55 @@ def rotary_qk(
         if not isinstance(t, Tensor) or t.ndim != 4:
             raise ValueError(f"{n} must be a 4-D tensor (batch, heads, seq, head_dim)")
     if positions is not None:
-        check_table_rows(positions, cos.shape[-2])
+        check_table_rows(positions, cos.shape[-2], cos.device)
         cos, sin = cos[positions], sin[positions]
     if cos.ndim == 3: cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (batch, 1, seq, r/2)
+    if inplace: check_disjoint(q, k)          # else shared memory would be rotated twice
     rotate = apply_rotary_ if inplace else apply_rotary
     return rotate(q, cos, sin, interleaved), rotate(k, cos, sin, interleaved)
+
+# %% ../nbs/02_rope.ipynb #130db663
+def _reaches(delta:int, dims:list)->bool|None:
+    "Whether delta = Σ c·s over `dims` (stride s, steps lo..hi); None: too many ways to tell"
+    if not dims: return delta == 0
+    (s, lo, hi), rest = dims[0], dims[1:]
+    cap = sum(t * max(-l, h) for t, l, h in rest)               # what the smaller strides can still add
+    first, last = max(lo, -((cap - delta) // s)), min(hi, (delta + cap) // s)
+    if last - first > 2: return None
+    answers = [_reaches(delta - c * s, rest) for c in range(first, last + 1)]
+    return True if True in answers else (None if None in answers else False)
+
+def check_disjoint(
+    q:Tensor,   # written in place
+    k:Tensor,   # written in place too
+    names=('q', 'k'), # what to call them in the message
+):
+    "Raise a one-line ValueError if `q` and `k` share a memory element (it would be rotated twice)"
+    if q.numel() == 0 or k.numel() == 0 or q.device != k.device or q.device.type == 'meta': return
+    if torch.compiler.is_compiling(): return                         # traced: no addresses to compare
+    if q.untyped_storage().data_ptr() != k.untyped_storage().data_ptr(): return
+    size = q.element_size()
+    last = lambda t: sum((n - 1) * s for n, s in zip(t.shape, t.stride()))   # the last element
+    span = lambda t: (t.data_ptr(), t.data_ptr() + size * (last(t) + 1))
+    (a0, a1), (b0, b1) = span(q), span(k)
+    if a1 <= b0 or b1 <= a0: return                                  # address ranges apart
+    message = (f"{names[0]} and {names[1]} share memory, so writing both in place would write the "
+               f"shared elements twice: pass {names[0]} and {names[1]} that do not overlap"
+               + (" (or inplace=False)" if names == ('q', 'k') else ""))
+    if k.element_size() != size or (a0 - b0) % size: raise ValueError(message)
+    kept = lambda t: [(s, n) for n, s in zip(t.shape, t.stride()) if n > 1]
+    qs, ks = kept(q), kept(k)
+    answer = None
+    if [s for s, _ in qs] == [s for s, _ in ks] and all(s != 0 for s, _ in qs):
+        dims = sorted(((abs(s), -(m - 1), n - 1) for (s, n), (_, m) in zip(qs, ks)), reverse=True)
+        answer = _reaches((b0 - a0) // size, dims)                   # q's element + δ = k's element
+    if answer is None and q.numel() + k.numel() <= 1 << 24:          # element by element
+        def addresses(t, t0):
+            at = torch.zeros((), dtype=torch.long)
+            for s, n in kept(t): at = at[..., None] + torch.arange(n) * s
+            return at.flatten() + (t0 - a0) // size
+        answer = bool(torch.isin(addresses(q, a0), addresses(k, b0)).any())
+    if answer is not False: raise ValueError(message)
 
 # %% ../nbs/02_rope.ipynb #9f647438
 def resolve_backend(
@@ -324,14 +372,14 @@ class RotaryEmbedding(nn.Module):
             streams = frequency_pair_streams(self.rotary_dim, mrope_section, mrope_interleaved,
                                              axial_2d)
         freq_dim = self.rotary_dim // 2 if axial_2d else self.rotary_dim  # 2-D: θ per axis
+        self._dynamic = scaling == 'dynamic_ntk'   # θ from each call's own length
         with torch.device('cpu'):                  # θ stays on the CPU, also under torch.device('meta')
-            self._inv_freq64 = rope_frequencies(freq_dim, base, scaling=scaling,
-                                                max_seq_len=max_seq_len, dtype=torch.float64,
+            self._inv_freq64 = rope_frequencies(freq_dim, base, scaling=scaling, dtype=torch.float64,
+                                                max_seq_len=None if self._dynamic else max_seq_len,
                                                 **self.scaling_options).repeat(1 + self.axial_2d)
         if attention_factor is None:
             attention_factor = _default_attention_factor(scaling, max_seq_len, self.scaling_options)
         self.__dict__['_attention_factor'] = float(attention_factor)   # (the tables are built below)
-        self._dynamic = scaling == 'dynamic_ntk'   # recompute θ when the cache grows past L_0
         here = torch.empty(0).device               # where modules are being built ('meta' for big models)
         self.register_buffer('inv_freq', self._inv_freq64.to(here, copy=True), persistent=False)
         self.register_buffer('cos_cached', torch.empty(0, self.rotary_dim//2), persistent=False)
@@ -342,7 +390,9 @@ class RotaryEmbedding(nn.Module):
         if not (isinstance(validate_positions, bool) or validate_positions == 'off'):
             raise ValueError(f"validate_positions must be True, False or 'off', got {validate_positions!r}")
         self.n_builds, self._backends, self.validate_positions = 0, {}, validate_positions
-        if max_seq_len: self._build(max_seq_len)
+        if max_seq_len:                            # dynamic NTK: rows past L₀ are never read from it
+            L0 = self.scaling_options.get('original_max_seq_len', max_seq_len)
+            self._build(min(max_seq_len, L0) if self._dynamic else max_seq_len)
 
     def _build(self, length:int):
         "(Re)compute the cache for positions 0..length-1 on the buffers' device, outside inference"
@@ -437,19 +487,34 @@ def _rows(self:RotaryEmbedding, offset:int, seq:int)->tuple[Tensor, Tensor]:
     if need > MAX_POSITION:
         raise IndexError(f"offset {offset} (with {seq} positions) is past 2**53, beyond which float64 "
                          "angles no longer tell neighbouring positions apart")
-    if self._dynamic and need > len(self.cos_cached) and need > self.scaling_options['original_max_seq_len']:
-        self._inv_freq64 = rope_frequencies(self.rotary_dim, self.base, scaling='dynamic_ntk', dtype=torch.float64,
-                                            **{**self.scaling_options, 'seq_len': need})
-        self._build(need)                     # exactly ℓ: its rows were computed with ℓ's frequencies
-    elif need > len(self.cos_cached):
+    if self._dynamic and need > self.scaling_options['original_max_seq_len']:
+        rows = torch.arange(offset, need, device=self.inv_freq.device)   # θ of ℓ = need
+        return self._scaled(*rotary_cos_sin(rows, self._dynamic_inv_freq(need, rows.device)))
+    if need > len(self.cos_cached):
         if not self._dynamic and need > max(2 * len(self.cos_cached), GROW_LIMIT):
             # a far offset: its own rows, not a table of every position before it
             rows = torch.arange(offset, need, device=self.inv_freq.device)
             return self._scaled(*rotary_cos_sin(rows, self.inv_freq))
         grow = max(need, 2 ** math.ceil(math.log2(need)))
-        if self._dynamic: grow = min(grow, self.scaling_options['original_max_seq_len'])  # rows past L₀ need ℓ's θ
+        if self._dynamic: grow = min(grow, self.scaling_options['original_max_seq_len'])  # ends at L₀
         self._build(grow)
     return self.cos_cached[offset:need], self.sin_cached[offset:need]
+
+@patch
+def _dynamic_inv_freq(self:RotaryEmbedding, length, device)->Tensor:
+    "Dynamic NTK's θ for a call whose largest position is `length` - 1 (an int, or a 0-d tensor)"
+    L0, s = self.scaling_options['original_max_seq_len'], float(self.scaling_options.get('factor', 1.0))
+    half = len(self._inv_freq64) // (1 + self.axial_2d)      # pairs per axis
+    steps = torch.arange(half, dtype=torch.float64) / max(half - 1, 1)
+    if half == 1: steps = steps + 1                           # one pair: NTK divides it by s_ℓ
+    steps = steps.repeat(1 + self.axial_2d)                   # θ_i·s_ℓ^(-i/(half-1)): NTK for s_ℓ
+    theta = self._inv_freq64
+    if isinstance(length, Tensor):                            # from tensor positions: no sync
+        work = torch.float64 if length.device.type != 'mps' else torch.float32
+        s_l = (s * length.to(work) / L0 - (s - 1)).clamp(min=1)
+        return theta.to(device, work) * s_l ** -steps.to(device, work)
+    s_l = max(1.0, s * length / L0 - (s - 1))                 # as `dynamic_ntk_frequencies` computes it
+    return (theta * s_l ** -steps).to(device)
 
 # %% ../nbs/02_rope.ipynb #181dc07a
 def _check_positions(positions, batch:int, seq:int, name='positions'):
@@ -505,21 +570,38 @@ def cos_sin(self:RotaryEmbedding,
     device = self.inv_freq.device                        # normalised: 'cuda' given, 'cuda:0' held
     if positions is not None: _check_positions(positions, batch, seq)
     _check_offset(offset, batch)
+    for name, t in (('positions', positions), ('offset', offset)):
+        if isinstance(t, Tensor) and t.device.type == 'meta' and device.type != 'meta':
+            where = device.type + ("" if device.type == 'cpu' else " or the CPU")
+            raise ValueError(f"{name} is on the meta device, which holds no values: give it on {where}")
     table_dtype = torch.float64 if dtype == torch.float64 else torch.float32
     if positions is None and not isinstance(offset, Tensor):
         # compiled without a fixed table: angles in the graph, so no length is baked into guards
-        in_graph = torch.compiler.is_compiling() and self.max_seq_len is None and not self._dynamic
+        in_graph = torch.compiler.is_compiling() and self.max_seq_len is None
         if table_dtype == torch.float32 and not in_graph: return self._rows(offset, seq)
-        return self._scaled(*rotary_cos_sin(torch.arange(offset, offset + seq, device=device), self.inv_freq.to(device), table_dtype))
+        if self._dynamic: inv_freq = self._dynamic_inv_freq(offset + seq, device)
+        else: inv_freq = self.inv_freq.to(device)
+        rows = torch.arange(offset, offset + seq, device=device)
+        return self._scaled(*rotary_cos_sin(rows, inv_freq, table_dtype))
     checks = []   # no value checks while compiling, or with validate_positions='off'
     skip = torch.compiler.is_compiling() or self.validate_positions == 'off'
-    if positions is not None and not skip: checks.append(((positions < 0).any(), "positions must be non-negative"))
-    if isinstance(offset, Tensor) and not skip: checks.append(((offset < 0).any(), "offset must be non-negative"))
+    # negative, or so large that adding the offset could wrap around in int64: one shift, one reduction
+    too_far = lambda t: (t >> 53).any()
+    if positions is not None and not skip:
+        checks.append((too_far(positions), "positions must be non-negative (and below 2**53)"))
+    if isinstance(offset, Tensor) and not skip:
+        checks.append((too_far(offset), "offset must be non-negative (and below 2**53)"))
     if positions is None: positions = torch.arange(seq, device=device)
     positions = positions.to(device)
     if isinstance(offset, Tensor): positions = positions + offset.to(device)[:, None]
     elif offset: positions = positions + offset
     # compiled: angles computed in the graph, never a gather that the compiled code would not bounds-check
+    if self._dynamic:                           # θ of ℓ = the largest position + 1, found on the device
+        if positions.numel(): length = positions.max() + 1
+        else: length = torch.zeros((), dtype=torch.long, device=device)
+        _check_values(checks, self.validate_positions)
+        inv_freq = self._dynamic_inv_freq(length, device)
+        return self._scaled(*rotary_cos_sin(positions, inv_freq, table_dtype))
     from_table = self.max_seq_len is not None and table_dtype == torch.float32 and not torch.compiler.is_compiling()
     if from_table and not skip:
         n = len(self.cos_cached)

@@ -12,7 +12,8 @@
       on what a reader of the page could not use:
         - raw LaTeX left in the text, a missing image, a Python traceback, an empty page, an external request;
         - words a reader outside the project cannot resolve (internal work items, source documents named by
-          file, unnamed hardware, absolute local paths) in the prose or the outputs;
+          file, unnamed hardware, absolute local paths, process notes such as commit hashes, scratch runs,
+          budget variables and ../shared paths) in the prose or the outputs;
         - raw dumps in outputs: Python reprs, logs (stderr, HTTP logs, progress bars), dict/list reprs,
           --help dumps, long text outputs;
         - figures under 150 dpi, or shown so much smaller than their size that the labels shrink;
@@ -23,7 +24,7 @@
       Saves screenshots of the index and the `00_*` pages.
       Needs: apt-get install -y chromium pandoc libjs-katex   (or pass --install)
   python tools/docs.py selftest
-      Feed the checker scratch notebooks (and a scratch site) with each of those faults and confirm each one
+      Feed the checker small test notebooks (and a test site) with each of those faults and confirm each one
       is caught, and that a good page passes.
 """
 import argparse, base64, difflib, html, json, os, re, shutil, subprocess, sys, tempfile
@@ -387,6 +388,9 @@ READER_WORDS = [
     (re.compile(r'\bseeds? 00\d\b|shared/seeds|\bseeds/'), 'a source document named by its file ("seed 000"): cite title, author, year'),
     (re.compile(r'this machine|dev(elopment)? (VM|CPU|machine)|\blent\b|this VM'), 'unnamed hardware ("this machine"): name it'),
     (re.compile(r'(?<![\w.])/(tmp|work|root|home)/'), 'an absolute local path'),
+    (re.compile(r'\b(?:commits?|at|since) `?[0-9a-f]{7,40}\b|\bscratch (?:A/B|runs?|scripts?|folders?|files?|notebooks?|copy)\b'
+                r'|\b(?:BUDGET|DEADLINE|OUT_?[AB]?)=|\.\./shared/'),
+     'a process note (commit hash, scratch run, budget variable, ../shared path): say what the reader can use'),
 ]
 # Raw reprs and logs in an output: the output is not for reading.
 DUMPS = [
@@ -797,6 +801,7 @@ def cmd_selftest(args):
     para = ('markdown', 'Some prose so that the page is not empty.')
     cases.update({
         'reader_words': _nb(('markdown', '# Words\n\n> summary'), ('markdown', 'As issue 6 asked, on this machine, see seed 000.'),
+                            ('markdown', 'Timed at commit 3494bf3 in a scratch A/B with `BUDGET=300`.'),
                             ('code', 'print(path)', out('/tmp/tmpab12/results.json\n', 'stdout'))),
         'raw_repr': _nb(('markdown', '# Repr\n\n> summary'), para,
                         ('code', 'subprocess.run(cmd)', out("CompletedProcess(args=['rope-lit-lm'], returncode=0)"))),
@@ -824,7 +829,8 @@ def cmd_selftest(args):
     cases['00_good'] = cases.pop('good')  # a `00_` name, so it gets a screenshot like the derivation page
     expect = {'00_good': None, 'raw_math_html': 'raw $$', 'raw_math_spaces': 'raw $...$', 'traceback': 'traceback',
               'missing_image': 'image', 'empty': 'empty page', 'bad_katex': 'KaTeX', 'external': 'external request',
-              'reader_words': ('internal work item', 'unnamed hardware', 'named by its file', 'absolute local path'),
+              'reader_words': ('internal work item', 'unnamed hardware', 'named by its file', 'absolute local path',
+                               'process note'),
               'raw_repr': 'raw Python repr', 'http_log': ('HTTP server log', 'log on stderr'), 'dict_dump': 'dict/list repr',
               'low_dpi': 'below 150 dpi', 'shrunk_figure': 'shown at', 'hidden_exports': 'exported cells are hidden',
               'wide_code': 'block wider than the column', 'wide_table': 'table wider than the column',

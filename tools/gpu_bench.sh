@@ -3,6 +3,19 @@
 # GPU benchmark (`rope-lit-bench --device cuda`) with the Triton tile sweep. Results go under $OUT
 # (default /tmp/rope_lit_gpu). Packages missing there travel as wheels in .whl/ (see the device README).
 set -uo pipefail
+rest=()
+while [ $# -gt 0 ]; do            # its own options (or environment variables); the rest go to the benchmark
+  case "$1" in
+    --out) OUT=$2; shift ;;
+    --test-timeout) TEST_TIMEOUT=$2; shift ;;
+    --bench-timeout) BENCH_TIMEOUT=$2; shift ;;
+    --sweep) SWEEP=1 ;;
+    --full) FULL=1 ;;
+    --skip-tests) SKIP_TESTS=1 ;;
+    *) rest+=("$1") ;;
+  esac; shift
+done
+set -- "${rest[@]+"${rest[@]}"}"
 OUT=${OUT:-/tmp/rope_lit_gpu}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD"
 if [ -d .whl ]; then

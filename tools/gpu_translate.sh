@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 7: train and evaluate the `base` translation preset for several position schemes and seeds, all in ONE command
+# Train and evaluate the `base` translation preset for several position schemes and seeds, all in ONE command
 # of at most 10 minutes on the device machine, all runs sharing its GPU at once.
 #
 #   On the device machine (via the `run` tool, from the repository root; data and wheels carried):
@@ -12,14 +12,26 @@
 #     pip download --no-deps -d .whl fastcore                                # if .whl/ has no fastcore wheel yet
 # and pass carry: [".data", ".whl"].
 #
-# Environment knobs: RUNS (space-separated position:seed list), BUDGET (training seconds per run, default 330),
-# DEADLINE (seconds after which unfinished runs are stopped, default 560), MAX_TOKENS, OUT (default runs/gpu_out).
+# Options (or the environment variables of the same names): --runs (space-separated position:seed list), --budget
+# (training seconds per run, default 330), --deadline (seconds after which unfinished runs are stopped, default 560),
+# --max-tokens, --out (default runs/gpu_out).
 # Writes $OUT/mt/<position>_s<seed>/{config.json,tokenizer.json,metrics.jsonl,results.json,hyp.*.en,train.log}
 # (no checkpoints) and $OUT/mt/env.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-DRY=0; [ "${1:-}" = "--dry" ] && DRY=1
+DRY=0
+while [ $# -gt 0 ]; do            # flags; each also reads from the environment variable of the same name
+  case "$1" in
+    --dry) DRY=1 ;;
+    --budget) BUDGET=$2; shift ;;
+    --deadline) DEADLINE=$2; shift ;;
+    --out) OUT=$2; shift ;;
+    --runs) RUNS=$2; shift ;;
+    --max-tokens) MAX_TOKENS=$2; shift ;;
+    *) echo "gpu_translate: unknown option $1 (--dry, --budget S, --deadline S, --out DIR, --runs LIST, --max-tokens N)"; exit 2 ;;
+  esac; shift
+done
 OUT=${OUT:-$root/runs/gpu_out}
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PYTHON:-python3}

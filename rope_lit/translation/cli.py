@@ -44,7 +44,7 @@ def build_parser()->argparse.ArgumentParser:
     t.add_argument('--resume', action='store_true', help='continue the run in --run-dir exactly from its last checkpoint '
                    '(only --epochs, --max-steps, --time-budget, --checkpoint-every, --epoch-checkpoints, --device, --threads, --eval-batch, --no-final-eval apply)')
     t.add_argument('--overwrite', action='store_true', help='delete the files of the run already in --run-dir and start again')
-    t.add_argument('--data', help="'synthetic', 'multi30k' (found in $ROPE_LIT_MULTI30K, ~/.cache/rope_lit/multi30k where the download command puts it, .data/multi30k or ../shared/data/multi30k) "
+    t.add_argument('--data', help="'synthetic', 'multi30k' (found in $ROPE_LIT_MULTI30K, ~/.cache/rope_lit/multi30k, .data/multi30k or shared/data/multi30k beside a checkout) "
                    "or a folder of raw {train,val,test_2016_flickr}.{de,en}[.gz] files")
     t.add_argument('--seed', type=number(int, 0), help='seed of initialisation, dropout and batch order (default 0)')
     for name, kind, hlp in [('N', int, 'encoder and decoder layers'), ('d-model', int, 'model width'),

@@ -22,7 +22,7 @@ from .data import (PAD, BOS, EOS, MULTI30K_SPLITS, read_parallel, synthetic_corp
                                        multi30k_download_dir,
                                        train_tokenizer, encode_pairs, token_batches, collate)
 from .model import Seq2SeqTransformer, DecodingWeights, greedy_decode, beam_search, attention_maps
-try: from tqdm.auto import tqdm
+try: from tqdm import tqdm
 except ImportError: tqdm = None
 
 # %% auto #0
