@@ -1,6 +1,4 @@
-"""Is RoPE's lead over sinusoidal positions on Multi30k real? Corpus BLEU and chrF per position scheme with their
-seed-to-seed spread, a paired bootstrap over test sentences that averages the seeds, BLEU by source length, and a
-verdict whose wording follows the evidence
+"""Is RoPE's lead over sinusoidal positions on Multi30k real? Corpus BLEU and chrF per position scheme with their seed-to-seed spread, a paired bootstrap over test sentences that averages the seeds, BLEU by source length, and a verdict whose wording follows the evidence
 
 Docs: https://rope-lit.github.io/rope_lit/significance.html.md"""
 
@@ -11,13 +9,17 @@ from __future__ import annotations
 import json, math
 from dataclasses import dataclass, field
 from pathlib import Path
-import numpy as np
-import pandas as pd
 from itertools import combinations
+import numpy as np
 from fastcore.basics import patch
-from sacrebleu.metrics import BLEU, CHRF
-from sacrebleu.metrics.helpers import extract_all_word_ngrams, extract_all_char_ngrams
-from sacrebleu.significance import PairedTest
+try:
+    import pandas as pd
+    from sacrebleu.metrics import BLEU, CHRF
+    from sacrebleu.metrics.helpers import extract_all_word_ngrams, extract_all_char_ngrams
+    from sacrebleu.significance import PairedTest
+except ImportError as e:
+    raise ImportError(f"rope_lit.significance needs {e.name}, part of the experiments extra: "
+                      "pip install 'rope_lit[experiments]'") from None
 from .translation.data import multi30k_dir, read_parallel, split_file
 
 # %% auto #0
@@ -162,9 +164,10 @@ CHRF_METRIC = CHRF()   # sacreBLEU's default chrF: cased, character 6-grams, bet
 def bleu_statistics(
     hypothesis:str,            # one hypothesis
     reference:str,             # its reference
-    metric:BLEU=BLEU_METRIC,   # gives the tokenizer, casing and n-gram order
+    metric:BLEU|None=None,     # tokenizer, casing and n-gram order; default `BLEU_METRIC`
 )->list[int]:                  # [c, r, m_1..m_4, t_1..t_4]: lengths, clipped matches, hypothesis n-grams
     "BLEU's additive statistics of one sentence, counted as sacreBLEU counts them"
+    metric = metric or BLEU_METRIC
     prepare = lambda s: metric.tokenizer((s.lower() if metric.lowercase else s).rstrip())
     order = metric.max_ngram_order
     hyp_ngrams, hyp_len = extract_all_word_ngrams(prepare(hypothesis), 1, order)
@@ -179,9 +182,10 @@ def bleu_statistics(
 def chrf_statistics(
     hypothesis:str,            # one hypothesis
     reference:str,             # its reference
-    metric:CHRF=CHRF_METRIC,   # gives the character order, casing and whitespace handling (no word n-grams)
+    metric:CHRF|None=None,     # character order, casing, whitespace (no word n-grams); default `CHRF_METRIC`
 )->list[int]:                  # [h_1, g_1, a_1, ..., h_6, g_6, a_6]
     "chrF's additive statistics of one sentence: hypothesis, reference and matched n-grams per order"
+    metric = metric or CHRF_METRIC
     if metric.word_order: raise ValueError("chrF++ (word_order > 0) is not supported")
     prepare = lambda s: s.lower() if metric.lowercase else s
     out = []
