@@ -229,6 +229,15 @@ def readme_quarto():
         files = {str(p.relative_to(tmp)): p.read_bytes() for p in (tmp/'index_files').rglob('*') if p.is_file()} if (tmp/'index_files').exists() else {}
         return (tmp/'README.md').read_text(encoding='utf-8'), files
 
+def pypi_faults(md:str)->list:
+    "What PyPI cannot show in `md`: math (it renders no LaTeX) and links or images relative to the repository"
+    text = re.sub(r'(?s)```.*?```|`[^`\n]*`', '', md)              # code is shown as written
+    faults = [f'raw LaTeX "{m.group(0)[:40]}" (PyPI renders no math: write it in Unicode)'
+              for m in re.finditer(r'\$\$.+?\$\$|(?<![\w$])\$[^$\s][^$\n]*?[^$\s]\$(?![\w$])', text)]
+    faults += [f'relative link "{m.group(1)[:60]}" (PyPI has no repository beside it: use an absolute URL)'
+               for m in re.finditer(r'!?\[[^\]]*\]\((?!https?://|#|mailto:)([^)\s]+)\)', text)]
+    return faults
+
 def cmd_readme(args):
     engine = args.engine
     if engine == 'auto': engine = 'quarto' if shutil.which('quarto') else 'offline'
@@ -240,6 +249,9 @@ def cmd_readme(args):
     md, files = readme_quarto() if engine == 'quarto' else readme_offline()
     readme = ROOT/'README.md'
     if args.check:
+        pypi = pypi_faults(md)   # README.md is also the package's description on PyPI
+        for f in pypi: print(f'docs: README.md as the PyPI description: {f}')
+        if pypi: return 1
         old = readme.read_text(encoding='utf-8') if readme.exists() else ''
         bad = [f for f, b in files.items() if not (ROOT/f).exists() or (ROOT/f).read_bytes() != b]
         if old == md and not bad:
@@ -860,6 +872,8 @@ def cmd_selftest(args):
         if md1 != md2: bad.append('readme: two runs differ')
         if md1.startswith('---') or re.search(r'(?m)^(#\||output-file:)', md1): bad.append('readme: front matter or directives left in README')
         if not re.match(r'# .+\n\n> .+', md1): bad.append('readme: title and > summary not at the top')
+        if not (pypi_faults('a $x^2$ b') and pypi_faults('see [a](b.md)')) or pypi_faults('$5 and $10; [a](https://x)'):
+            bad.append('readme: the PyPI check misses raw LaTeX or a relative link, or flags prices and absolute links')
         if r.returncode != 1: bad.append(f'check should exit 1 on the faulty pages, exited {r.returncode}')
         # the site: a page outside the chapters, a chapter entry with no page, result files that are not pages
         site = d/'site'; site.mkdir()
@@ -873,7 +887,7 @@ def cmd_selftest(args):
             if want not in got: bad.append(f'site: expected {want!r}, got {got}')
         (site/'_quarto.yml').write_text('project:\n  render:\n    - "*.ipynb"\n')
         if any('table.md' in p for p in site_faults(site)): bad.append('site: a result file excluded by project.render still counted as a page')
-    n_checks = sum(1 if w is None or isinstance(w, str) else len(w) for w in expect.values()) + 6
+    n_checks = sum(1 if w is None or isinstance(w, str) else len(w) for w in expect.values()) + 7
     for b in bad: print(f'selftest: FAIL {b}')
     print(f'selftest: {n_checks - len(bad)} checks ok, {len(bad)} failed')
     return 1 if bad else 0

@@ -591,7 +591,7 @@ class _Lookup(torch.autograd.Function):
             ctx.rows.append((ids, g))
             return None, None, None, None
         # E's dense gradient has gone already (a graph run in another order): a sparse one
-        return None, torch.sparse_coo_tensor(ids[None], g, (ctx.vocab, g.shape[1])), None, None
+        return None, torch.sparse_coo_tensor(ids[None], g, (ctx.vocab, g.shape[1]), check_invariants=True), None, None
 
 class _DenseGradLast(torch.autograd.Function):
     "Identity on E, made before the lookups: its backward runs after theirs and adds their rows"
