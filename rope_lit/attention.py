@@ -1,4 +1,4 @@
-"""`RotaryMultiHeadAttention` (self- and cross-attention through `scaled_dot_product_attention`, GQA, masks, attention maps), the `KVCache` for incremental and beam decoding, and `convert_qk_pairing`
+"""`RotaryMultiHeadAttention` (self- and cross-attention through `scaled_dot_product_attention`, GQA, masks, attention maps), the `KVCache` for incremental and beam decoding, `convert_qk_pairing`, and ALiBi's linear biases (`alibi_slopes`, `alibi_bias`) as an alternative to rotation
 
 Docs: https://rope-lit.github.io/rope_lit/attention.html.md"""
 
@@ -14,7 +14,8 @@ from fastcore.basics import patch
 from .rope import RotaryEmbedding
 
 # %% auto #0
-__all__ = ['KVCache', 'padding_mask', 'causal_mask', 'RotaryMultiHeadAttention', 'convert_qk_pairing']
+__all__ = ['KVCache', 'padding_mask', 'causal_mask', 'RotaryMultiHeadAttention', 'convert_qk_pairing', 'alibi_slopes',
+           'alibi_bias']
 
 # %% ../nbs/03_attention.ipynb #019af40d
 class KVCache:
@@ -335,3 +336,36 @@ def convert_qk_pairing(
                          for k, v in obj.items())
     raise TypeError(f"obj must be a RotaryMultiHeadAttention, a state_dict, an nn.Linear or a "
                     f"Tensor, got {type(obj).__name__}")
+
+# %% ../nbs/03_attention.ipynb #b99439d8
+def _check_int(name:str, value, low:int):
+    "Raise a one-line `ValueError` naming `name` unless `value` is an int >= `low`"
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+
+# %% ../nbs/03_attention.ipynb #e1693e52
+def alibi_slopes(
+    n_heads:int, # attention heads, >= 1
+)->Tensor:       # (n_heads,) float64 slopes m_1, ..., m_n
+    "ALiBi's head slopes: 2^(-8h/n) for n a power of two, else the paper's interleaving"
+    _check_int('n_heads', n_heads, 1)
+    geometric = lambda n: [2.0 ** (-8 * h / n) for h in range(1, n + 1)]   # m_h = 2^(-8h/n)
+    p = 1 << (n_heads.bit_length() - 1)                 # largest power of two <= n_heads
+    return torch.tensor(geometric(p) + geometric(2 * p)[0::2][:n_heads - p], dtype=torch.float64)
+
+# %% ../nbs/03_attention.ipynb #26d993cb
+def alibi_bias(
+    n_heads:int,         # attention heads
+    q_len:int,           # queries, at positions offset, ..., offset + q_len - 1
+    k_len:int,           # keys, at positions 0, ..., k_len - 1
+    offset:int=0,        # position of the first query (tokens already in the cache)
+    device=None,         # device of the result
+    dtype=torch.float32, # dtype of the result
+)->Tensor:               # (n_heads, q_len, k_len): -m_h (i - j) for j <= i, -inf for j > i
+    "ALiBi's additive attention bias, causal mask included, for SDPA's `attn_mask`"
+    for name, value, low in (('q_len', q_len, 1), ('k_len', k_len, 1), ('offset', offset, 0)):
+        _check_int(name, value, low)
+    i = torch.arange(offset, offset + q_len, device=device)[:, None]       # query positions
+    minus_distance = (torch.arange(k_len, device=device) - i).double()      # j - i
+    bias = alibi_slopes(n_heads).to(device)[:, None, None] * minus_distance  # -m_h (i - j)
+    return bias.masked_fill(minus_distance > 0, float('-inf')).to(dtype)

@@ -1,4 +1,4 @@
-"""Train one small decoder-only character language model per position scheme at context 128, then measure validation perplexity at contexts up to 2048 with every RoPE scaling variant applied at inference
+"""Train one small decoder-only character language model per position scheme (sinusoidal, RoPE, He & Xu, ALiBi, none) and seed at context 128, then measure validation perplexity at contexts up to 2048 with every RoPE scaling variant applied at inference
 
 Docs: https://rope-lit.github.io/rope_lit/char_lm.html.md"""
 
@@ -6,13 +6,13 @@ Docs: https://rope-lit.github.io/rope_lit/char_lm.html.md"""
 
 # %% ../nbs/14_char_lm.ipynb #c536c877
 from __future__ import annotations
-import argparse, datetime, hashlib, json, math, os, platform, random, sys, time
+import argparse, datetime, hashlib, json, math, os, platform, random, statistics, sys, time
 from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
 import rope_lit
-from .attention import RotaryMultiHeadAttention
+from .attention import RotaryMultiHeadAttention, alibi_bias
 from .rope import RotaryEmbedding
 from .scaling import yarn_attention_factor
 from .frequencies import rope_frequencies
@@ -23,8 +23,8 @@ from .lm_cli import _parser, main   # the command line: a light module, fast `--
 __all__ = ['REPO_ROOT', 'TINY_SHAKESPEARE_URL', 'TINY_SHAKESPEARE_SHA256', 'TINY_SHAKESPEARE', 'POSITIONS', 'VARIANTS',
            'SETTINGS', 'tiny_shakespeare_download_path', 'tiny_shakespeare_path', 'download_tiny_shakespeare',
            'load_text', 'generated_text', 'CharVocab', 'split_text', 'sinusoidal_positions', 'Block', 'CharLM',
-           'set_rotary_frequencies', 'variant_frequencies', 'train_lm', 'eval_loss', 'run_experiment', 'results_table',
-           'plot_results', 'save_results']
+           'set_rotary_frequencies', 'variant_frequencies', 'train_lm', 'eval_loss', 'run_experiment', 'seed_stats',
+           'results_table', 'plot_results', 'save_results']
 
 # %% ../nbs/14_char_lm.ipynb #8e6ee676
 REPO_ROOT = Path(rope_lit.__file__).resolve().parent.parent
@@ -123,7 +123,7 @@ def sinusoidal_positions(
 
 # %% ../nbs/14_char_lm.ipynb #9468433a
 class Block(nn.Module):
-    "Pre-norm transformer block: causal rotary self-attention, then a GELU MLP"
+    "Pre-norm transformer block: causal self-attention (rotary or not), then a GELU MLP"
     def __init__(self, d_model:int, n_heads:int, rope:bool, base:float, scaling:str|None,
                  max_seq_len:int|None, dropout:float):
         super().__init__()
@@ -134,18 +134,21 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(),
                                  nn.Linear(4 * d_model, d_model), nn.Dropout(dropout))
         self.drop = nn.Dropout(dropout)
-    def forward(self, x:Tensor)->Tensor:  # (batch, seq, d_model)
-        x = x + self.drop(self.attn(self.ln1(x), is_causal=True))
+    def forward(self,
+        x:Tensor,               # (batch, seq, d_model)
+        bias:Tensor|None=None,  # (heads, seq, seq) additive causal bias (ALiBi); None: causal mask
+    )->Tensor:
+        x = x + self.drop(self.attn(self.ln1(x), attn_mask=bias, is_causal=bias is None))
         return x + self.mlp(self.ln2(x))
 
 # %% ../nbs/14_char_lm.ipynb #a78da76d
-POSITIONS = ('sinusoidal', 'rope', 'hexu', 'none')
+POSITIONS = ('sinusoidal', 'rope', 'hexu', 'none', 'alibi')
 
 class CharLM(nn.Module):
     "Decoder-only character LM whose position scheme is one of `POSITIONS`"
     def __init__(self,
         vocab_size:int,          # number of characters
-        position:str='rope',     # 'sinusoidal', 'rope', 'hexu' or 'none'
+        position:str='rope',     # 'sinusoidal', 'rope', 'hexu', 'none' or 'alibi'
         d_model:int=128,         # width
         n_layers:int=4,          # blocks
         n_heads:int=4,           # heads; head_dim = d_model // n_heads
@@ -157,7 +160,7 @@ class CharLM(nn.Module):
         super().__init__()
         if position not in POSITIONS:
             raise ValueError(f"position must be one of {POSITIONS}, got {position!r}")
-        self.position, self.d_model, self.base = position, d_model, base
+        self.position, self.d_model, self.n_heads, self.base = position, d_model, n_heads, base
         self.embed_scale = math.sqrt(d_model) if embed_scale else 1.0
         rope, scaling = position in ('rope', 'hexu'), ('hexu' if position == 'hexu' else None)
         self.embed = nn.Embedding(vocab_size, d_model)
@@ -178,7 +181,11 @@ class CharLM(nn.Module):
             if self._pe is None or len(self._pe) < seq or self._pe.device != x.device:
                 self._pe = sinusoidal_positions(seq, self.d_model, self.base).to(x.device)
             x = x + self._pe[:seq]
-        for block in self.blocks: x = block(x)
+        bias = None   # ALiBi: one (heads, seq, seq) bias, causal mask included, for every layer
+        if self.position == 'alibi':
+            seq = ids.shape[1]
+            bias = alibi_bias(self.n_heads, seq, seq, device=x.device, dtype=x.dtype)
+        for block in self.blocks: x = block(x, bias)
         return self.head(self.ln_f(x))
 
 # %% ../nbs/14_char_lm.ipynb #46418af0
@@ -380,21 +387,36 @@ def run_experiment(
                                      loss=round(loss, 4), ppl=round(math.exp(loss), 3)))
     return dict(config=cfg, train=train_log, rows=rows)
 
+# %% ../nbs/14_char_lm.ipynb #d8013565
+def seed_stats(
+    results:dict,  # `run_experiment`'s output
+)->dict:           # (scheme, variant, context) -> dict(mean, sd, min, max, n) of the perplexity
+    "Validation perplexity over seeds: mean, sample sd (n - 1; nan for one seed), min and max"
+    groups = {}
+    for r in results['rows']:
+        groups.setdefault((r['scheme'], r['variant'], r['context']), []).append(r['ppl'])
+    return {k: dict(mean=statistics.fmean(v), sd=statistics.stdev(v) if len(v) > 1 else math.nan,
+                    min=min(v), max=max(v), n=len(v)) for k, v in groups.items()}
+
 # %% ../nbs/14_char_lm.ipynb #bce485e3
 def results_table(
     results:dict,  # `run_experiment`'s output
-)->str:            # markdown: one row per (scheme, variant), one column per context, mean perplexity over seeds
+)->str:            # markdown, a row per (scheme, variant): mean ± sd over seeds per context
     "Validation perplexity per scheme/variant and context, as a markdown table"
     contexts = results['config']['contexts']
+    stats, seeds = seed_stats(results), sorted({r['seed'] for r in results['rows']})
     keys = list(dict.fromkeys((r['scheme'], r['variant']) for r in results['rows']))
     lines = ['| scheme | variant at inference | ' + ' | '.join(f'L={L}' for L in contexts) + ' |',
              '|---|---|' + '---:|' * len(contexts)]
+    def cell(s):
+        if s is None: return ''
+        return f"{s['mean']:.2f}" if s['n'] == 1 else f"{s['mean']:.2f} ± {s['sd']:.2f}"
     for scheme, variant in keys:
-        cells = []
-        for L in contexts:
-            ppl = [r['ppl'] for r in results['rows'] if (r['scheme'], r['variant'], r['context']) == (scheme, variant, L)]
-            cells.append(f"{sum(ppl) / len(ppl):.2f}" if ppl else '')
+        cells = [cell(stats.get((scheme, variant, L))) for L in contexts]
         lines.append(f"| {scheme} | {variant if scheme == 'rope' else '–'} | " + ' | '.join(cells) + ' |')
+    if len(seeds) > 1:
+        lines.append(f"\nPerplexity: mean ± sample standard deviation over {len(seeds)} seeds "
+                     f"({', '.join(map(str, seeds))}).")
     return '\n'.join(lines)
 
 # %% ../nbs/14_char_lm.ipynb #7e2c1b5a
@@ -402,18 +424,25 @@ def plot_results(
     results:dict,    # `run_experiment`'s output
     path=None,       # save the figure here (PNG, 150 dpi) if given
 ):                   # the matplotlib figure
-    "Validation perplexity against evaluation context, log-scaled context, one line per scheme/variant"
+    "Validation perplexity against context (log scale): mean over seeds per scheme, min–max band"
     try: import matplotlib.pyplot as plt
     except ImportError: raise ImportError("plotting needs matplotlib: pip install 'rope_lit[experiments]'") from None
     contexts = results['config']['contexts']
     fig, ax = plt.subplots(figsize=(7.4, 3.9), dpi=150)
+    stats, n_seeds = seed_stats(results), len({r['seed'] for r in results['rows']})
     keys = list(dict.fromkeys((r['scheme'], r['variant']) for r in results['rows']))
     for scheme, variant in keys:
-        ppl = [sum(v) / len(v) for v in ([r['ppl'] for r in results['rows'] if (r['scheme'], r['variant'], r['context']) == (scheme, variant, L)] for L in contexts)]
+        s = [stats[(scheme, variant, L)] for L in contexts]
         label = scheme if scheme != 'rope' or variant == 'none' else f"rope + {variant}"
-        ax.plot(contexts, ppl, marker='o', ms=4, ls='-' if scheme != 'rope' or variant == 'none' else '--', label=label)
+        line, = ax.plot(contexts, [x['mean'] for x in s], marker='o', ms=4,
+                        ls='-' if scheme != 'rope' or variant == 'none' else '--', label=label)
+        if n_seeds > 1:   # the band: lowest to highest seed
+            ax.fill_between(contexts, [x['min'] for x in s], [x['max'] for x in s],
+                            color=line.get_color(), alpha=0.15, lw=0)
+    title = f"trained at context {results['config']['context']} (grey line)"
+    if n_seeds > 1: title += f"; mean of {n_seeds} seeds, band: min–max"
     ax.set(xscale='log', xlabel='evaluation context (characters)', ylabel='validation perplexity',
-           title=f"trained at context {results['config']['context']} (grey line)")
+           title=title)
     ax.minorticks_off(); ax.set_xticks(contexts, [str(L) for L in contexts])
     ax.axvline(results['config']['context'], color='grey', lw=0.8)
     ax.grid(alpha=.3)

@@ -13,7 +13,7 @@ from .cli_args import Parser, number, number_list, refuse_overwrite
 
 # the names of `SETTINGS`, `POSITIONS` and `VARIANTS`, here so that `--help` needs no torch
 # (a test keeps them equal)
-SIZES, SCHEMES = ('full', 'tiny'), ('sinusoidal', 'rope', 'hexu', 'none')
+SIZES, SCHEMES = ('full', 'tiny'), ('sinusoidal', 'rope', 'hexu', 'none', 'alibi')
 VARIANT_NAMES = ('none', 'linear', 'ntk', 'dynamic_ntk', 'yarn', 'yarn_no_temp', 'llama3')
 
 
@@ -36,8 +36,9 @@ def _parser():
         prog='rope-lit-lm',
         description=(
             "Train a small character language model per position scheme (sinusoidal, RoPE, He & "
-            "Xu's RoPE, none) at one "
-            "context length and report validation perplexity at longer contexts, applying each "
+            "Xu's RoPE, none, ALiBi) and seed at one "
+            "context length and report validation perplexity at longer contexts (mean ± sd over "
+            "seeds), applying each "
             "RoPE scaling variant "
             "(linear, ntk, dynamic_ntk, yarn, yarn_no_temp, llama3) to the RoPE model at inference."
         ),
@@ -89,7 +90,8 @@ def _parser():
         '--seeds',
         type=number_list(0),
         default=[0],
-        help='comma-separated seeds, one model per scheme and seed (default 0)',
+        help='comma-separated seeds, one model per scheme and seed (default 0); with several, the '
+             'table shows mean ± sample sd over seeds and the figure the mean with a min–max band',
     )
     ap.add_argument(
         '--steps',
