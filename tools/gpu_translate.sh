@@ -8,13 +8,15 @@
 #     bash tools/gpu_translate.sh --dry
 #
 # Before calling the device tool, on this machine:
-#     mkdir -p .data && cp -r ../shared/data/multi30k .data/multi30k        # the data (git-ignored)
+#     mkdir -p .data && cp -r ../shared/data/multi30k ../shared/data/multi30k_blind .data/   # data (git-ignored)
 #     pip download --no-deps -d .whl fastcore                                # if .whl/ has no fastcore wheel yet
 # and pass carry: [".data", ".whl"].
 #
-# Options (or the environment variables of the same names): --runs (space-separated position:seed list), --budget
-# (training seconds per run, default 330), --deadline (seconds after which unfinished runs are stopped, default 560),
-# --max-tokens, --out (default runs/gpu_out).
+# Options (or the environment variables of the same names): --runs (space-separated position:seed list; default five
+# seeds each of sinusoidal and rope), --epochs (epochs per run, default 18: every run the same length), --budget
+# (training seconds per run instead, as the first GPU runs used), --deadline (seconds after which unfinished runs are
+# stopped, default 560), --max-tokens, --blind (folder of German-only test sets, default .data/multi30k_blind: each
+# run translates them, greedy and beam, into hyp.<set>.<decoding>.en), --out (default runs/gpu_out).
 # Writes $OUT/mt/<position>_s<seed>/{config.json,tokenizer.json,metrics.jsonl,results.json,hyp.*.en,train.log}
 # (no checkpoints) and $OUT/mt/env.txt.
 set -uo pipefail
@@ -29,7 +31,9 @@ while [ $# -gt 0 ]; do            # flags; each also reads from the environment 
     --out) OUT=$2; shift ;;
     --runs) RUNS=$2; shift ;;
     --max-tokens) MAX_TOKENS=$2; shift ;;
-    *) echo "gpu_translate: unknown option $1 (--dry, --budget S, --deadline S, --out DIR, --runs LIST, --max-tokens N)"; exit 2 ;;
+    --epochs) EPOCHS=$2; shift ;;
+    --blind) BLIND=$2; shift ;;
+    *) echo "gpu_translate: unknown option $1 (--dry, --epochs N, --budget S, --deadline S, --out DIR, --runs LIST, --max-tokens N, --blind DIR)"; exit 2 ;;
   esac; shift
 done
 OUT=${OUT:-$root/runs/gpu_out}
@@ -48,23 +52,30 @@ fi
 
 if [ "$DRY" = 1 ]; then
   RUNS=${RUNS:-"sinusoidal:0 rope:0 rope+cross:0 hexu:0"}
-  common=(--preset tiny --device cpu --threads 1 --epochs 1 --n-eval 20)
-  BUDGET=${BUDGET:-20}; DEADLINE=${DEADLINE:-120}
+  common=(--preset tiny --device cpu --threads 1 --n-eval 20); device=cpu
+  EPOCHS=${EPOCHS:-1}; DEADLINE=${DEADLINE:-120}
+  BLIND=${BLIND:-$work/blind}                    # two made-up "blind" sets, so that their decoding is tested too
+  mkdir -p "$BLIND"
+  printf 'Ein Hund rennt im Schnee.\n\nZwei Männer spielen Fußball.\n' | gzip > "$BLIND/test_2017_flickr.de.gz"
+  printf 'Eine Frau liest ein Buch.\n' | gzip > "$BLIND/test_2018_flickr.de.gz"
 else
-  RUNS=${RUNS:-"sinusoidal:0 sinusoidal:1 sinusoidal:2 rope:0 rope:1 rope:2 rope+cross:0 hexu:0"}
-  [ -f "$root/.data/multi30k/train.de.gz" ] || { echo "gpu_translate: .data/multi30k missing: copy ../shared/data/multi30k there and carry .data"; exit 1; }
-  common=(--preset base --data "$root/.data/multi30k" --device cuda --threads 2 --epoch-checkpoints 0 ${MAX_TOKENS:+--max-tokens $MAX_TOKENS})
-  BUDGET=${BUDGET:-330}; DEADLINE=${DEADLINE:-560}
+  # The decisive comparison: five seeds each, every run trained for the same number of epochs (not the same time).
+  RUNS=${RUNS:-"sinusoidal:0 sinusoidal:1 sinusoidal:2 sinusoidal:3 sinusoidal:4 rope:0 rope:1 rope:2 rope:3 rope:4"}
+  [ -f "$root/.data/multi30k/train.de.gz" ] || { echo "gpu_translate: .data/multi30k missing: copy the Multi30k files there (rope-lit-translate download --dir .data/multi30k) and carry .data"; exit 1; }
+  common=(--preset base --data "$root/.data/multi30k" --device cuda --threads 2 --epoch-checkpoints 0 ${MAX_TOKENS:+--max-tokens $MAX_TOKENS}); device=cuda
+  [ -n "${BUDGET:-}" ] || EPOCHS=${EPOCHS:-18}   # an explicit --budget alone: training time, as the first GPU runs
+  DEADLINE=${DEADLINE:-560}; BLIND=${BLIND:-$root/.data/multi30k_blind}
 fi
+if [ -n "${EPOCHS:-}" ]; then length=(--epochs "$EPOCHS"); else length=(--time-budget "$BUDGET"); fi
 
-{ date -u; $PY -c "import torch, sacrebleu, tokenizers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'sacrebleu', sacrebleu.__version__, 'tokenizers', tokenizers.__version__); print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no CUDA')"; nproc; nvidia-smi --query-gpu=name,memory.total --format=csv 2>/dev/null; echo "RUNS=$RUNS BUDGET=$BUDGET DEADLINE=$DEADLINE"; } > "$dest/env.txt" 2>&1
+{ date -u; $PY -c "import torch, sacrebleu, tokenizers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'sacrebleu', sacrebleu.__version__, 'tokenizers', tokenizers.__version__); print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no CUDA')"; nproc; nvidia-smi --query-gpu=name,memory.total --format=csv 2>/dev/null; echo "RUNS=$RUNS EPOCHS=${EPOCHS:-} BUDGET=${BUDGET:-} DEADLINE=$DEADLINE"; } > "$dest/env.txt" 2>&1
 
 pids=()
 for r in $RUNS; do
   pos=${r%%:*}; seed=${r##*:}; name="${pos/+/_}_s$seed"
   rm -rf "${work:?}/$name"
-  $PY -c "from rope_lit.translation.cli import main; main()" train "${common[@]}" --position "$pos" --seed "$seed" \
-      --run-dir "$work/$name" --time-budget "$BUDGET" --no-progress > "$work/$name.log" 2>&1 &
+  $PY "$root/tools/mt_gpu_job.py" --blind "$BLIND" --device "$device" -- train "${common[@]}" --position "$pos" \
+      --seed "$seed" --run-dir "$work/$name" "${length[@]}" --no-progress > "$work/$name.log" 2>&1 &
   pids+=($!)
 done
 # Stop whatever is still running at the deadline, so the copy below always happens within the command's limit.

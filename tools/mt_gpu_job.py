@@ -1,0 +1,41 @@
+#!/usr/bin/env python
+"""One run of `tools/gpu_translate.sh`: `rope-lit-translate train ...` (which ends by decoding and scoring val and
+test_2016_flickr), then the German sources of the blind test sets decoded greedily and with beam search into the
+same run folder, `hyp.<set>.<greedy|beam>.en`, one line per source line. Their English references are kept
+outside the project, so nothing here scores them.
+
+  python tools/mt_gpu_job.py --blind DIR --device cuda -- train --run-dir runs/x --position rope ...
+
+One process per run, so that the script's deadline stops a run with one signal.
+"""
+import argparse, gzip, sys
+from pathlib import Path
+
+def read_sources(path:Path)->list:
+    "The lines of a (gzipped) source file, empty ones kept: one hypothesis per source line"
+    text = (gzip.open(path, 'rt', encoding='utf-8') if path.suffix == '.gz' else open(path, encoding='utf-8')).read()
+    return text.split('\n')[:-1] if text.endswith('\n') else text.split('\n')
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('--blind', help='folder of <set>.de or <set>.de.gz files to translate (none: skip)')
+    ap.add_argument('--device', default='cpu')
+    ap.add_argument('train', nargs=argparse.REMAINDER, help='-- then the `rope-lit-translate train` arguments')
+    args = ap.parse_args()
+    train_args = args.train[1:] if args.train[:1] == ['--'] else args.train
+    from rope_lit.translation.cli import main as translate_cli
+    from rope_lit.translation.train import load_model, translate
+    from rope_lit.cli_args import atomic_write
+    translate_cli(train_args)
+    run_dir = Path(train_args[train_args.index('--run-dir') + 1])
+    files = sorted(Path(args.blind).glob('*.de*')) if args.blind else []
+    if not files: return
+    model, tok, cfg = load_model(run_dir, args.device)
+    for f in files:
+        name, sources = f.name.split('.de')[0], read_sources(f)
+        for decoding, beam in (('greedy', 1), ('beam', cfg.beam_size)):
+            hyps = translate(model, tok, sources, beam, cfg.length_penalty, cfg.max_len, cfg.eval_batch)
+            atomic_write(run_dir / f'hyp.{name}.{decoding}.en', ''.join(h + '\n' for h in hyps))
+        print(f"{run_dir.name}: translated {name} ({len(sources)} sentences), greedy and beam", flush=True)
+
+if __name__ == '__main__': main()
