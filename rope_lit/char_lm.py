@@ -431,10 +431,11 @@ def plot_results(
     fig, ax = plt.subplots(figsize=(7.4, 3.9), dpi=150)
     stats, n_seeds = seed_stats(results), len({r['seed'] for r in results['rows']})
     keys = list(dict.fromkeys((r['scheme'], r['variant']) for r in results['rows']))
-    for scheme, variant in keys:
+    colours = plt.cm.tab10.colors + ('black',)          # eleven lines, no two alike (ALiBi last, black)
+    for i, (scheme, variant) in enumerate(keys):
         s = [stats[(scheme, variant, L)] for L in contexts]
         label = scheme if scheme != 'rope' or variant == 'none' else f"rope + {variant}"
-        line, = ax.plot(contexts, [x['mean'] for x in s], marker='o', ms=4,
+        line, = ax.plot(contexts, [x['mean'] for x in s], marker='o', ms=4, color=colours[i % 11],
                         ls='-' if scheme != 'rope' or variant == 'none' else '--', label=label)
         if n_seeds > 1:   # the band: lowest to highest seed
             ax.fill_between(contexts, [x['min'] for x in s], [x['max'] for x in s],
