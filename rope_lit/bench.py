@@ -16,8 +16,7 @@ from .frequencies import rope_frequencies
 from .kernels import select_backend
 from .rope import rotary_qk as rotary_qk_eager, rotary_cos_sin
 # the command line lives in a module that imports torch only when a run starts (fast `--help`)
-from .bench_cli import (CPU_TUNABLES, DEFAULT_SHAPES, DEFAULT_DTYPE, cpu_environment, _parse_shape,
-                                 _parser, main)
+from .bench_cli import CPU_TUNABLES, DEFAULT_SHAPES, DEFAULT_DTYPE, cpu_environment
 
 # %% ../nbs/04a_benchmark.ipynb #6b98e279
 def _angles(seq, rotary_dim, device):
@@ -358,15 +357,15 @@ def read_results(out)->tuple:
 def sweep_tiles(shape, dtype=torch.bfloat16, interleaved=False, configs=None)->list:
     "do_bench median µs of `triton_rotary` for each (block_s, block_h, head_groups, num_warps) at `shape` on CUDA"
     import triton.testing
-    from rope_lit.kernels import triton_rotary, _tile_config
+    from rope_lit.kernels import triton_rotary, tile_config
     B, H, S, D = shape
     q, k = (torch.randn(B, H, S, D, device='cuda').to(dtype) for _ in range(2))
     cos, sin = _angles(S, D, 'cuda')
-    configs = configs or [_tile_config(B, S, H, D)] + [(bs, bh, g, 4) for bs, bh in ((4, 8), (8, 2), (4, 4), (8, 4), (2, 16)) for g in (1, 4) if bs <= S]
+    configs = configs or [tile_config(B, S, H, D)] + [(bs, bh, g, 4) for bs, bh in ((4, 8), (8, 2), (4, 4), (8, 4), (2, 16)) for g in (1, 4) if bs <= S]
     out = []
     for bs, bh, g, nw in dict.fromkeys(configs):   # the default may also be in the list: time it once
         t = triton.testing.do_bench(lambda: triton_rotary(q, k, cos, sin, interleaved=interleaved, block_s=bs, block_h=bh, head_groups=g, num_warps=nw), warmup=10, rep=50)
-        out.append(dict(shape='x'.join(map(str, shape)), pairing='interleaved' if interleaved else 'split', default=(bs, bh, g, nw) == _tile_config(B, S, H, D),
+        out.append(dict(shape='x'.join(map(str, shape)), pairing='interleaved' if interleaved else 'split', default=(bs, bh, g, nw) == tile_config(B, S, H, D),
                         block_s=bs, block_h=bh, head_groups=g, num_warps=nw, us=t * 1e3))
     return sorted(out, key=lambda r: r['us'])
 

@@ -17,14 +17,13 @@ from .rope import RotaryEmbedding
 from .scaling import yarn_attention_factor
 from .frequencies import rope_frequencies
 from .cli_args import atomic_write, load_checkpoint
-from .lm_cli import _parser, main   # the command line: a light module, fast `--help`
 
 # %% auto #0
 __all__ = ['REPO_ROOT', 'TINY_SHAKESPEARE_URL', 'TINY_SHAKESPEARE_SHA256', 'TINY_SHAKESPEARE', 'POSITIONS', 'VARIANTS',
            'SETTINGS', 'tiny_shakespeare_download_path', 'tiny_shakespeare_path', 'download_tiny_shakespeare',
            'load_text', 'generated_text', 'CharVocab', 'split_text', 'sinusoidal_positions', 'Block', 'CharLM',
            'set_rotary_frequencies', 'variant_frequencies', 'train_lm', 'eval_loss', 'run_experiment', 'seed_stats',
-           'results_table', 'plot_results', 'save_results']
+           'results_table', 'plot_results', 'provenance', 'save_results']
 
 # %% ../nbs/14_char_lm.ipynb #8e6ee676
 REPO_ROOT = Path(rope_lit.__file__).resolve().parent.parent
@@ -457,7 +456,7 @@ def _cpu_name()->str:
     try: return next(l.split(':', 1)[1].strip() for l in open('/proc/cpuinfo') if l.startswith('model name'))
     except (OSError, StopIteration): return platform.processor() or platform.machine()
 
-def _provenance(argv)->dict:
+def provenance(argv)->dict:
     return dict(command='rope-lit-lm ' + ' '.join(argv), date=datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'),
                 hardware=f"{_cpu_name()} ({platform.machine()}, {os.cpu_count()} cores, {platform.system()}), torch {torch.__version__}, {torch.get_num_threads()} thread(s), no GPU" if not torch.cuda.is_available() else f"{_cpu_name()} + {torch.cuda.get_device_name()}")
 

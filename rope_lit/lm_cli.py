@@ -176,7 +176,7 @@ def main(argv=None):
     refuse_overwrite(ap, args.out, ('results.json', 'results.md', 'ppl_vs_context.png'),
                      args.overwrite)   # before hours of training, not after
     import torch  # only now: --help and argument errors return at once
-    from rope_lit.char_lm import run_experiment, save_results, results_table, _provenance
+    from rope_lit.char_lm import run_experiment, save_results, results_table, provenance
 
     overrides = {
         k: v
@@ -211,7 +211,7 @@ def main(argv=None):
         sys.exit(f"rope-lit-lm: error: {e}")
     except KeyboardInterrupt:
         sys.exit(f"rope-lit-lm: interrupted: nothing was written to {args.out}")
-    results['provenance'] = _provenance(argv)
+    results['provenance'] = provenance(argv)
     out = save_results(results, args.out)
     print(results_table(results))
     print(f"wrote {out/'results.json'}, {out/'results.md'}, {out/'ppl_vs_context.png'}")

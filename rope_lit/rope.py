@@ -13,10 +13,11 @@ from fastcore.basics import patch
 from .frequencies import rope_frequencies
 
 # %% auto #0
-__all__ = ['GROW_LIMIT', 'MAX_POSITION', 'apply_rotary', 'rotary_cos_sin', 'rotary_matrix_dense', 'apply_rotary_dense',
-           'apply_rotary_complex', 'LabmlRotaryPositionalEmbeddings', 'course_sinusoid', 'course_apply_rotary_emb',
-           'apply_rotary_', 'check_table_rows', 'rotary_qk', 'check_disjoint', 'resolve_backend', 'RotaryEmbedding',
-           'frequency_pair_streams', 'grid_positions', 'varlen_positions']
+__all__ = ['GROW_LIMIT', 'MAX_POSITION', 'rotate_complex', 'complex_viewable', 'apply_rotary', 'rotary_cos_sin',
+           'rotary_matrix_dense', 'apply_rotary_dense', 'apply_rotary_complex', 'LabmlRotaryPositionalEmbeddings',
+           'course_sinusoid', 'course_apply_rotary_emb', 'apply_rotary_', 'check_table_rows', 'rotary_qk',
+           'check_disjoint', 'resolve_backend', 'RotaryEmbedding', 'frequency_pair_streams', 'grid_positions',
+           'varlen_positions']
 
 # %% ../nbs/02_rope.ipynb #5d0a4546
 def _check_rotary_inputs(x, cos, sin, name='x'):
@@ -53,12 +54,12 @@ def _rotate_real(x, cos, sin, interleaved, rotary_dim):
     return out
 
 # %% ../nbs/02_rope.ipynb #cd32bc3a
-def _rotate_complex(x, w):
+def rotate_complex(x, w):
     "Adjacent feature pairs of `x` (float32/64, complex-viewable) times `w` = e^{iθ}: one multiply"
     return torch.view_as_real(torch.view_as_complex(x.unflatten(-1, (-1, 2))) * w).flatten(-2)
 
 # %% ../nbs/02_rope.ipynb #5250ba96
-def _complex_viewable(x:Tensor)->bool:
+def complex_viewable(x:Tensor)->bool:
     "Whether `view_as_complex` can pair adjacent features of `x` in place"
     return x.stride(-1) == 1 and x.storage_offset() % 2 == 0 and all(s % 2 == 0 for s in x.stride()[:-1])
 
@@ -74,8 +75,8 @@ def apply_rotary(
     xc = x if x.dtype in (torch.float32, torch.float64) else x.float()
     cos, sin = cos.to(xc.dtype), sin.to(xc.dtype)
     if (interleaved and rotary_dim == x.shape[-1] and not torch.compiler.is_compiling()
-            and _complex_viewable(xc)):
-        out = _rotate_complex(xc, torch.complex(cos, sin))
+            and complex_viewable(xc)):
+        out = rotate_complex(xc, torch.complex(cos, sin))
     else: out = _rotate_real(xc, cos, sin, interleaved, rotary_dim)
     return out.to(x.dtype)
 
@@ -190,7 +191,7 @@ def apply_rotary_(x:Tensor, cos:Tensor, sin:Tensor, interleaved=False)->Tensor:
         return x.copy_(apply_rotary(x, cos, sin, interleaved))
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     if (interleaved and rotary_dim == x.shape[-1] and not torch.compiler.is_compiling()
-            and _complex_viewable(x)):
+            and complex_viewable(x)):
         torch.view_as_complex(x.unflatten(-1, (rotary_dim//2, 2))).mul_(torch.complex(cos, sin))
         return x
     half = rotary_dim//2

@@ -31,6 +31,6 @@ if [ "${FULL:-0}" = 1 ]; then
 elif [ "${SKIP_TESTS:-0}" != 1 ]; then
   timeout ${TEST_TIMEOUT:-300} python3 tools/run_gpu_cells.py nbs/04_kernels.ipynb rope_lit.kernels 2>&1 | tee "$OUT/tests.log"; tests=${PIPESTATUS[0]}
 fi
-timeout ${BENCH_TIMEOUT:-600} python3 -c "import sys; from rope_lit.bench import main; main(sys.argv[1:])" --device cuda --out "$OUT/bench" --no-progress ${SWEEP:+--sweep} "$@" 2>&1 | tee "$OUT/bench.log"; bench=${PIPESTATUS[0]}
+timeout ${BENCH_TIMEOUT:-600} python3 -c "import sys; from rope_lit.bench_cli import main; main(sys.argv[1:])" --device cuda --out "$OUT/bench" --no-progress ${SWEEP:+--sweep} "$@" 2>&1 | tee "$OUT/bench.log"; bench=${PIPESTATUS[0]}
 # a failing check or benchmark fails the call (the benchmark still runs after failed checks, to keep its numbers)
 [ "${tests:-0}" = 0 ] && [ "$bench" = 0 ] || { echo "gpu_bench: FAIL (checks exit ${tests:-0}, benchmark exit $bench)"; exit 1; }
