@@ -5,9 +5,6 @@
 // The matrix products go to ATen's `mm` (the BLAS kernel that `F.linear` uses); everything else
 // (layer norms, biases, RoPE, the key/value cache, both attentions, ReLU, residuals) is plain C++
 // on buffers allocated once. Built on first use by rope_lit.kernels, like the rotary kernel.
-//
-// It also holds the training loss's softmax over each row of logits (`smoothed_ce_rows`), which
-// uses the same exponential and the same one-pass maximum and sum.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/extension.h>
@@ -397,70 +394,7 @@ struct NativeDecoder {
     }
     return max_steps + 1;
   }
-
-  //@ part: floor
-  // The same matrix products as `steps` steps of run_step, and nothing else: the floor, timed
-  // from C++ (so without Python's cost per call).
-  void products_only(int64_t steps) {
-    // inputs of ordinary size: never-written buffers may hold subnormals, which slow BLAS down
-    y.fill_(0.5); a.fill_(0.5); big.fill_(0.5);
-    if (!logits_floor.defined()) logits_floor = at::empty({rows, vocab}, embed.options());
-    for (int64_t t = 0; t < steps; ++t) {
-      for (int64_t l = 0; l < n_layers; ++l) {
-        const Tensor* T = &wt[6 * l];
-        linear(y, T[0], qkv_out);
-        linear(a, T[1], y);
-        linear(a, T[2], d_out);
-        linear(a, T[3], y);
-        linear(a, T[4], f_out);
-        linear(f_out, T[5], y);
-      }
-      linear(y, wt.back(), logits_floor);
-    }
-  }
-  Tensor logits_floor;   // products_only's output, made on its first call
 };
-
-//@ part: loss
-// The label-smoothed cross-entropy of each row of the logits z (n, V), ε the smoothing:
-// ℓ = lse(z) − (1 − ε)·z_y − ε·mean(z), and with `grad` its gradient written over z,
-// ∂ℓ/∂z = softmax(z) − (1 − ε)·e_y − ε/V. One row at a time, while it is in the cache: its maximum
-// and sum, e^(z − max) and their sum, then the gradient. Returns the n losses.
-Tensor smoothed_ce_rows(Tensor z, Tensor target, double eps, bool grad) {
-  check(z.dim() == 2 && z.device().is_cpu() && z.scalar_type() == at::kFloat && z.is_contiguous(),
-        "z must be a contiguous (rows, vocab) float32 CPU tensor");
-  const int64_t n = z.size(0), V = z.size(1);
-  check(target.device().is_cpu() && target.scalar_type() == at::kLong && target.is_contiguous() &&
-            target.dim() == 1 && target.size(0) == n,
-        "target must be a contiguous int64 CPU tensor of z's rows");
-  const int64_t* tp = target.data_ptr<int64_t>();
-  for (int64_t r = 0; r < n; ++r)
-    check(tp[r] >= 0 && tp[r] < V, "target " + std::to_string(tp[r]) + " is not in [0, " +
-                                       std::to_string(V) + ")");
-  Tensor loss = at::empty({n}, z.options());
-  float* zp = z.data_ptr<float>();
-  float* lp = loss.data_ptr<float>();
-  const float e = (float)eps, off = (float)(eps / V);
-  at::parallel_for(0, n, std::max<int64_t>(1, 16384 / std::max<int64_t>(V, 1)),
-                   [=](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      float* row = zp + r * V;
-      float m, sum, se = 0.f;
-      max_and_sum(row, V, m, sum);
-      const float zy = row[tp[r]];
-#pragma omp simd reduction(+ : se)
-      for (int64_t j = 0; j < V; ++j) se += (row[j] = exp_shifted(row[j] - m));
-      const float lse = m + std::log(se);
-      lp[r] = (1.f - e) * (lse - zy) + e * (lse - sum / V);
-      if (!grad) continue;
-      const float inv = 1.f / se;
-#pragma omp simd
-      for (int64_t j = 0; j < V; ++j) row[j] = row[j] * inv - off;
-      row[tp[r]] += e - 1.f;
-    }
-  });
-  return loss;
-}
 
 //@ part: binding
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -470,7 +404,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                           bool>())
       .def("set_cross", &NativeDecoder::set_cross)
       .def("step", &NativeDecoder::step)
-      .def("greedy", &NativeDecoder::greedy)
-      .def("products_only", &NativeDecoder::products_only);
-  m.def("smoothed_ce_rows", &smoothed_ce_rows);
+      .def("greedy", &NativeDecoder::greedy);
 }

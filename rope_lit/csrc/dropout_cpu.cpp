@@ -2,8 +2,7 @@
 // rope_lit's native dropout for the translation model's training on the CPU (float32): the mask
 // comes from a counter-based generator, so the backward pass makes it again instead of storing it,
 // and a bias add and a ReLU before the dropout, or a residual add after it, are done in the same
-// pass (and the backward passes sum the bias's gradient in theirs). Beside it, the layer norm's
-// backward pass with the residual's gradient added, for the training step's sublayers.
+// pass (and the backward passes sum the bias's gradient in theirs).
 // Built on first use by rope_lit.kernels, like the rotary kernel.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -230,68 +229,4 @@ std::vector<Tensor> dropout_backward(Tensor g, int64_t seed, int64_t cut, double
     }
   });
   return {out, parts == 1 ? sums[0] : sums.sum(0)};
-}
-
-//@ part: layer_norm_backward
-// The backward pass of y = LN(x) = (x - μ)·r ⊙ w + b over rows of C elements (μ and r = 1/σ of each
-// row from the forward pass), plus the gradient `gres` that reaches x around the layer norm (the
-// residual's):  x̄ = gres + r·(ḡ - mean(ḡ) - x̂·mean(ḡ ⊙ x̂)),  ḡ = ȳ ⊙ w,  x̂ = (x - μ)·r,
-// with w̄ = Σ_rows ȳ ⊙ x̂ and b̄ = Σ_rows ȳ added as the dropout's bias gradients are. Each row is
-// read twice, the second time from cache. With `inplace`, x̄ is written over ȳ.
-static inline void ln_row(const float* gy, const float* __restrict x, const float* __restrict w,
-                          const float* __restrict gres, float* gx, float* __restrict sw,
-                          float* __restrict sb, int64_t C, float mu, float r) {   // gx may be gy
-  float a = 0.f, b = 0.f;
-#pragma omp simd reduction(+ : a, b)
-  for (int64_t i = 0; i < C; ++i) {
-    const float xh = (x[i] - mu) * r, g = gy[i] * w[i];
-    a += g; b += g * xh;
-    sw[i] += gy[i] * xh; sb[i] += gy[i];
-  }
-  a /= (float)C; b /= (float)C;
-#pragma omp simd
-  for (int64_t i = 0; i < C; ++i) {
-    const float xh = (x[i] - mu) * r;
-    gx[i] = (gres ? gres[i] : 0.f) + r * (gy[i] * w[i] - a - xh * b);
-  }
-}
-
-std::vector<Tensor> layer_norm_backward(Tensor gy, Tensor x, Tensor mean, Tensor rstd, Tensor w,
-                                        std::optional<Tensor> gres, bool inplace) {
-  const int64_t C = x.size(-1), R = C ? x.numel() / C : 0;
-  for (const Tensor* t : {&gy, &x, &mean, &rstd, &w})
-    TORCH_CHECK(t->device().is_cpu() && t->scalar_type() == at::kFloat && t->is_contiguous(),
-                "gy, x, mean, rstd and w must be contiguous float32 CPU tensors");
-  TORCH_CHECK(gy.sizes() == x.sizes() && mean.numel() == R && rstd.numel() == R &&
-                  w.numel() == C,
-              "gy must have x's shape, mean and rstd one value per row, w one per column");
-  const float* gr = nullptr;
-  if (gres) {
-    TORCH_CHECK(gres->device().is_cpu() && gres->scalar_type() == at::kFloat &&
-                    gres->is_contiguous() && gres->sizes() == x.sizes(),
-                "gres must be a contiguous float32 CPU tensor of x's shape");
-    gr = gres->data_ptr<float>();
-  }
-  Tensor gx = inplace ? gy : at::empty_like(gy);
-  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), R / 8));
-  Tensor sums = at::zeros({parts, 2, C}, x.options());   // per thread: w̄, b̄
-  const float *gp = gy.data_ptr<float>(), *xp = x.data_ptr<float>(), *wp = w.data_ptr<float>();
-  const float *mp = mean.data_ptr<float>(), *rp = rstd.data_ptr<float>();
-  float *op = gx.data_ptr<float>(), *sp = sums.data_ptr<float>();
-  at::parallel_for(0, parts, 1, [=](int64_t t0, int64_t t1) {
-    std::vector<float> block(2 * C);   // 64 rows at a time, then into the thread's sums
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t end = R * (t + 1) / parts;
-      for (int64_t r = R * t / parts; r < end; r += 64) {
-        std::fill(block.begin(), block.end(), 0.f);
-        for (int64_t i = r; i < std::min(r + 64, end); ++i)
-          ln_row(gp + i * C, xp + i * C, wp, gr ? gr + i * C : nullptr, op + i * C,
-                 block.data(), block.data() + C, C, mp[i], rp[i]);
-        float* sum = sp + t * 2 * C;
-        for (int64_t c = 0; c < 2 * C; ++c) sum[c] += block[c];
-      }
-    }
-  });
-  Tensor s = parts == 1 ? sums[0] : sums.sum(0);
-  return {gx, s[0], s[1]};
 }

@@ -71,6 +71,8 @@ def build_parser()->argparse.ArgumentParser:
     t.add_argument('--device', type=_device_name, help="'auto' (CUDA if available), 'cpu', 'cuda', 'cuda:1', ... (default auto)")
     t.add_argument('--no-amp', dest='amp', action='store_const', const=False, help='disable bf16 autocast on CUDA')
     t.add_argument('--compile', action='store_const', const=True, help='torch.compile the model for training')
+    t.add_argument('--no-cpu-speed', dest='cpu_speed', action='store_const', const=False,
+                   help="on a CPU, train without the model's speed wing (the same model, slower)")
     t.add_argument('--no-val-bleu', dest='val_bleu', action='store_const', const=False, help='skip the per-epoch validation BLEU')
     t.add_argument('--no-final-eval', dest='final_eval', action='store_const', const=False, help='skip the final evaluation')
     t.add_argument('--no-progress', action='store_true', help='no progress bars (training and the final evaluation)')

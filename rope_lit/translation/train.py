@@ -21,17 +21,17 @@ except ImportError as e:
 from .data import (PAD, BOS, EOS, MULTI30K_SPLITS, read_parallel, synthetic_corpus, multi30k_dir,
                                        multi30k_download_dir,
                                        train_tokenizer, encode_pairs, token_batches, collate)
-from .model import Seq2SeqTransformer, DecodingWeights, greedy_decode, beam_search, attention_maps
+from .model import Seq2SeqTransformer, greedy_decode, beam_search, attention_maps, smoothed_loss
+from .fast import speed_up, decoding_options, DecodingWeights
 try: from tqdm import tqdm
 except ImportError: tqdm = None
 
 # %% auto #0
 __all__ = ['PRESETS', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', 'EXAMPLE_DE', 'EXAMPLE_EN', 'RUN_LENGTH_FIELDS', 'RUN_FILES',
-           'TranslationConfig', 'make_config', 'smoothed_loss', 'noam_lr', 'make_optimizer', 'load_optimizer_state',
-           'load_splits', 'atomic_save', 'rng_state', 'set_rng_state', 'translate', 'score', 'train_step',
-           'tune_cpu_malloc', 'check_device', 'read_checkpoint', 'read_tokenizer', 'read_config', 'hardware',
-           'eval_loss', 'load_model', 'example_attention', 'evaluate', 'run_files', 'RunDirInUse', 'NonFiniteLoss',
-           'TrainingInterrupted', 'train']
+           'TranslationConfig', 'make_config', 'noam_lr', 'make_optimizer', 'load_optimizer_state', 'load_splits',
+           'atomic_save', 'rng_state', 'set_rng_state', 'translate', 'score', 'train_step', 'tune_cpu_malloc',
+           'check_device', 'read_checkpoint', 'read_tokenizer', 'read_config', 'hardware', 'eval_loss', 'load_model',
+           'example_attention', 'evaluate', 'run_files', 'RunDirInUse', 'NonFiniteLoss', 'TrainingInterrupted', 'train']
 
 # %% ../../nbs/12_mt_train.ipynb #eea537c6
 @dataclass
@@ -64,6 +64,7 @@ class TranslationConfig:
     device:str = 'auto'            # 'auto', 'cpu', 'cuda', ...
     amp:bool = True                # bf16 autocast on CUDA
     compile:bool = False           # torch.compile the model for training
+    cpu_speed:bool = True          # on a CPU: the model's speed wing (`speed_up`): the same model, faster
     threads:int|None = None        # torch CPU threads (None: torch's default)
     log_every:int = 20             # optimizer steps between metrics lines
 
@@ -83,16 +84,6 @@ def make_config(preset:str='tiny', **overrides)->TranslationConfig:
     if bad: raise TypeError(f"unknown config field(s) {sorted(bad)}")
     kw = dict(PRESETS[preset], **{k: v for k, v in overrides.items() if v is not None})
     return TranslationConfig(preset=preset, **kw)
-
-# %% ../../nbs/12_mt_train.ipynb #4702c9f7
-def smoothed_loss(
-    logits:Tensor,        # (batch, tgt_len, vocab)
-    target:Tensor,        # (batch, tgt_len) ids, PAD where there is no token
-    smoothing:float=0.1,  # label smoothing ε
-)->Tensor:                # scalar: summed loss over non-padding tokens
-    "Label-smoothed cross-entropy, summed over the non-padding target tokens"
-    return F.cross_entropy(logits.float().flatten(0, 1), target.flatten(), ignore_index=PAD,
-                           label_smoothing=smoothing, reduction='sum')
 
 # %% ../../nbs/12_mt_train.ipynb #54a56247
 def noam_lr(step:int, d_model:int, warmup:int, factor:float=1.0)->float:
@@ -162,22 +153,25 @@ def translate(
     max_len:int=72,           # longest output
     batch_size:int=128,       # sentences per batch
     device=None,              # where to run (default: the model's device)
-    dtype:torch.dtype|None=None, # decode in this dtype, e.g. torch.bfloat16 (default: the model's)
+    dtype:torch.dtype|None=None, # decode in this dtype, e.g. torch.bfloat16 (None: the model's)
     bar=None,                 # a tqdm bar advanced by the sentences of each batch
 )->list[str]:                 # detokenized translations, in input order
     "Translate `sentences` with greedy decoding or beam search"
     model.eval(); device = device or next(model.parameters()).device
-    weights = DecodingWeights(model, dtype)    # prepared once for all batches
+    if 'decoding' in getattr(model, 'pieces', ()) and device.type == 'cpu':   # the CPU speed wing's step:
+        how = decoding_options(model, weights=DecodingWeights(model, dtype))   # weights prepared once
+    else: how = torch.autocast(device.type, dtype, enabled=dtype is not None)
     ids = [e.ids[:max_len-1] + [EOS] for e in tok.encode_batch(sentences)]
     order = sorted(range(len(ids)), key=lambda i: len(ids[i])); out = [None] * len(ids)
-    for i in range(0, len(order), batch_size):
-        idx = order[i:i+batch_size]
-        src, _ = collate([(ids[j], [BOS]) for j in idx]); src = src.to(device)
-        ys = (greedy_decode(model, src, max_len, weights=weights) if beam_size == 1
-              else beam_search(model, src, beam_size, length_penalty, max_len, weights=weights))
-        texts = tok.decode_batch([[t for t in y.tolist() if t > EOS] for y in ys])
-        for j, t in zip(idx, texts): out[j] = t
-        if bar is not None: bar.update(len(idx))
+    with how:
+        for i in range(0, len(order), batch_size):
+            idx = order[i:i+batch_size]
+            src, _ = collate([(ids[j], [BOS]) for j in idx]); src = src.to(device)
+            ys = (greedy_decode(model, src, max_len) if beam_size == 1
+                  else beam_search(model, src, beam_size, length_penalty, max_len))
+            texts = tok.decode_batch([[t for t in y.tolist() if t > EOS] for y in ys])
+            for j, t in zip(idx, texts): out[j] = t
+            if bar is not None: bar.update(len(idx))
     return out
 
 # %% ../../nbs/12_mt_train.ipynb #5e883f2e
@@ -212,12 +206,8 @@ def train_step(
         sync = j == len(data) - 1 or world == 1
         ctx = net.no_sync() if not sync else contextlib.nullcontext()
         with ctx:
-            if device.type == 'cpu':          # reads <s> y_1 ..., predicts y_1 ... </s>
-                loss = fwd(src, tgt[:, :-1], tgt[:, 1:], cfg.label_smoothing,  # fused head,
-                           1 / max(n_tgt, 1))   # its gradient scaled by 1/n_tgt as it is made
-            else:
-                with torch.autocast(**amp): logits = fwd(src, tgt[:, :-1])
-                loss = smoothed_loss(logits, tgt[:, 1:], cfg.label_smoothing)
+            with torch.autocast(**amp):   # reads <s> y_1 ..., predicts y_1 ... </s>
+                loss = fwd(src, tgt[:, :-1], tgt[:, 1:], cfg.label_smoothing)
             (loss / n_tgt).backward()
         loss_sum = loss_sum + loss.detach()   # no .item() here: no GPU sync per micro-batch
     opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
@@ -331,7 +321,9 @@ def load_model(run_dir:str|Path, device='cpu')->tuple[Seq2SeqTransformer,Tokeniz
     except (RuntimeError, KeyError) as e:     # other sizes, another position scheme, another vocabulary
         raise ValueError(f"checkpoint {ck} does not match {run_dir/'config.json'} and the tokenizer "
                          f"({str(e).splitlines()[0][:120]}): the files come from different runs") from None
-    return model.to(check_device(device)).eval(), tok, cfg
+    model = model.to(check_device(device)).eval()
+    if cfg.cpu_speed and model.embed.weight.device.type == 'cpu': speed_up(model)
+    return model, tok, cfg
 
 
 # %% ../../nbs/12_mt_train.ipynb #b4a2519e
@@ -470,6 +462,7 @@ def train(
     random.seed(cfg.seed); torch.manual_seed(cfg.seed)
     model = Seq2SeqTransformer(tok.get_vocab_size(), cfg.N, cfg.d_model, cfg.d_ff, cfg.h, cfg.dropout, cfg.position,
                                cfg.max_len).to(device)
+    if cfg.cpu_speed and device.type == 'cpu': speed_up(model)   # the same model, faster on a CPU
     opt, sched = make_optimizer(model, cfg)
     st = dict(epoch=0, batch=0, step=0, tokens=0, train_seconds=0.0)
     if resume:

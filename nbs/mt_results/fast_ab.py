@@ -1,0 +1,161 @@
+"""A/B of the translation model's CPU speed wing, piece by piece, in one run.
+
+Usage, from `nbs/`:  python mt_results/fast_ab.py OUT.json [--rounds 7] [--before DIR] [--tiny]
+
+Every variant lives in a worker process that builds its models once; the parent asks the workers for one timing at a
+time, round-robin in a shuffled order each round, so that every variant sees the same machine. Workers never run at
+the same time. Training: seconds per optimizer step (forward, label-smoothed loss, backward, Adam) on a fixed batch of
+32 sentences of 20 source and 20 target tokens; decoding: seconds to decode one 20-token sentence greedily to exactly
+72 tokens. A piece's gain is the median over rounds of (time without it) / (time with it) - 1, paired round by round.
+
+`--before DIR` adds a worker that imports rope_lit from DIR, an earlier checkout (the model with fused sublayers,
+embedding gradient rows and C++ loss rows): its default training step and greedy decoding are timed in the same rounds.
+"""
+import argparse, datetime, json, os, platform, random, statistics, subprocess, sys, time
+
+SIZES = {'small': dict(N=3, d_model=256, d_ff=1024, h=4), 'base': dict(N=6, d_model=512, d_ff=2048, h=8)}
+TINY = {'small': dict(N=1, d_model=32, d_ff=64, h=2)}
+TRAIN = ('plain', 'wing', 'wing-dropout', 'wing-attention', 'wing-loss')
+DECODE = ('plain', 'python-step', 'cpp-step', 'wing')
+VOCAB, BATCH, SRC, TGT, OUT_LEN = 8000, 32, 20, 20, 72
+STEPS = {'small': 3, 'base': 2}   # optimizer steps per training timing
+
+
+def worker(side:str, tiny:bool):
+    "Answer 'train SIZE VARIANT' / 'decode SIZE VARIANT' lines with seconds, one line each"
+    import torch
+    torch.set_num_threads(int(os.environ.get('AB_THREADS', '2')))
+    sizes, vocab = (TINY, 100) if tiny else (SIZES, VOCAB)
+    made = {}
+
+    def batch(size):
+        g = torch.Generator().manual_seed(1)
+        return (torch.randint(4, vocab, (BATCH, SRC), generator=g), torch.randint(4, vocab, (BATCH, TGT + 1), generator=g))
+
+    if side == 'now':
+        from rope_lit.translation.model import Seq2SeqTransformer, greedy_decode
+        from rope_lit.translation.fast import speed_up, decoding_options, PIECES
+        from rope_lit.translation.train import make_config, make_optimizer, train_step
+        from rope_lit.translation.data import BOS, EOS, PAD
+
+        def model(size, train):
+            torch.manual_seed(0)
+            s = sizes[size]
+            return Seq2SeqTransformer(vocab, s['N'], s['d_model'], s['d_ff'], s['h'], 0.1, 'rope', 128).train(train)
+
+        def make(kind, size, variant):
+            m = model(size, kind == 'train')
+            if kind == 'train':
+                pieces = {'plain': None, 'wing': PIECES}.get(variant)
+                if variant.startswith('wing-'): pieces = tuple(p for p in PIECES if p != variant[5:])
+                if pieces is not None: speed_up(m, pieces=pieces)
+                cfg = make_config('tiny', **sizes[size], device='cpu')
+                opt, sched = make_optimizer(m, cfg)
+                data = [batch(size)]
+                step = lambda: train_step(m, m, opt, sched, data, cfg, torch.device('cpu'))
+                for _ in range(2): step()   # warm-up
+                return lambda: [step() for _ in range(STEPS.get(size, 1))]
+            src = batch(size)[0][:1]
+            if variant == 'plain': return lambda: greedy_decode(m, src, OUT_LEN, min_len=OUT_LEN)
+            speed_up(m)
+            if variant == 'wing': return lambda: greedy_decode(m, src, OUT_LEN, min_len=OUT_LEN)
+            def steps():   # greedy_decode's loop with the step decoder, one step per Python call
+                with torch.no_grad(), decoding_options(m, native=variant == 'cpp-step'):
+                    mem, mask = m.encode(src)
+                    dec = m.start_decoding(mem, mask, OUT_LEN)
+                    ys = torch.full((1, OUT_LEN), PAD); ys[:, 0] = BOS
+                    for t in range(OUT_LEN - 1):
+                        ys[:, t + 1] = dec.step(ys[:, t]).argmax(-1)
+            return steps
+    else:   # the earlier checkout: its own defaults
+        from rope_lit.translation.model import Seq2SeqTransformer, greedy_decode
+        from rope_lit.translation.results import _training_step
+
+        def make(kind, size, variant):
+            s = sizes[size]
+            if kind == 'train':
+                step = _training_step(s['N'], s['d_model'], s['d_ff'], s['h'], vocab, BATCH, SRC, TGT, 'rope')
+                for _ in range(2): step()
+                return lambda: [step() for _ in range(STEPS.get(size, 1))]
+            torch.manual_seed(0)
+            m = Seq2SeqTransformer(vocab, s['N'], s['d_model'], s['d_ff'], s['h'], 0.1, 'rope', 128).eval()
+            src = batch(size)[0][:1]
+            return lambda: greedy_decode(m, src, OUT_LEN, min_len=OUT_LEN)
+
+    print('ready', flush=True)
+    for line in sys.stdin:
+        kind, size, variant = line.split()
+        if (kind, size, variant) not in made: made[kind, size, variant] = make(kind, size, variant)
+        fn = made[kind, size, variant]
+        t0 = time.perf_counter(); fn(); dt = time.perf_counter() - t0
+        per = dt / STEPS.get(size, 1) if kind == 'train' else dt
+        print(f'{per:.6f}', flush=True)
+
+
+def versions():
+    import torch
+    return dict(python=platform.python_version(), torch=torch.__version__, threads=int(os.environ.get('AB_THREADS', '2')))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('out'); ap.add_argument('--rounds', type=int, default=7)
+    ap.add_argument('--before', help='a folder holding an earlier rope_lit checkout')
+    ap.add_argument('--tiny', action='store_true', help='tiny model, one round: a test of the script')
+    ap.add_argument('--worker', choices=('now', 'before'), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker: return worker(a.worker, a.tiny)
+    sizes = TINY if a.tiny else SIZES
+    rounds = 1 if a.tiny else a.rounds
+    def spawn(side, path=None):
+        env = dict(os.environ)
+        if path: env['PYTHONPATH'] = os.path.abspath(path)
+        p = subprocess.Popen([sys.executable, os.path.abspath(__file__), 'x', '--worker', side] + (['--tiny'] if a.tiny else []),
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        if p.stdout.readline().strip() != 'ready': raise RuntimeError(f'the {side} worker did not start')
+        return p
+    workers = {'now': spawn('now')}
+    if a.before: workers['before'] = spawn('before', a.before)
+    tasks = [('now', k, s, v) for s in sizes for k, vs in (('train', TRAIN), ('decode', DECODE)) for v in vs]
+    if a.before: tasks += [('before', k, s, 'default') for s in sizes for k in ('train', 'decode')]
+    times = {t: [] for t in tasks}
+    rng = random.Random(0)
+    started = datetime.datetime.now(datetime.timezone.utc)
+    for r in range(rounds):
+        order = tasks[:]; rng.shuffle(order)
+        for t in order:
+            w = workers[t[0]]
+            w.stdin.write(' '.join(t[1:]) + '\n'); w.stdin.flush()
+            times[t].append(float(w.stdout.readline()))
+        print(f'round {r + 1}/{rounds} done', file=sys.stderr)
+    for w in workers.values(): w.stdin.close(); w.wait()
+    med = lambda xs: statistics.median(xs)
+    gain = lambda slow, fast: med([a / b for a, b in zip(times[slow], times[fast])]) - 1
+    pieces = []
+    for s in sizes:
+        for piece in ('dropout', 'attention', 'loss'):
+            pieces.append(dict(piece=piece, step='training step', size=s, without_s=med(times['now', 'train', s, f'wing-{piece}']),
+                               with_s=med(times['now', 'train', s, 'wing']),
+                               gain=gain(('now', 'train', s, f'wing-{piece}'), ('now', 'train', s, 'wing'))))
+        for piece, slow, fast in (('lean decoding step', 'plain', 'python-step'), ('decoding step in C++', 'python-step', 'cpp-step'),
+                                  ('greedy loop in C++', 'cpp-step', 'wing')):
+            pieces.append(dict(piece=piece, step='decoding a sentence', size=s, without_s=med(times['now', 'decode', s, slow]),
+                               with_s=med(times['now', 'decode', s, fast]),
+                               gain=gain(('now', 'decode', s, slow), ('now', 'decode', s, fast))))
+    for p in pieces: p['kept'] = p['gain'] >= 0.10
+    out = dict(date=started.strftime('%Y-%m-%d %H:%M UTC'), machine=platform.processor() or platform.machine(),
+               cpus=os.cpu_count(), versions=versions(), rounds=rounds, tiny=a.tiny,
+               command='python mt_results/fast_ab.py ' + ' '.join(sys.argv[2:] if len(sys.argv) > 2 else []),
+               times={'/'.join(k): v for k, v in times.items()}, pieces=pieces)
+    if a.before:
+        out['before_after'] = [dict(step=k, size=s, before_s=med(times['before', k, s, 'default']),
+                                    after_s=med(times['now', k, s, 'wing']),
+                                    ratio=med([b / c for b, c in zip(times['now', k, s, 'wing'], times['before', k, s, 'default'])]))
+                               for s in sizes for k in ('train', 'decode')]
+    tmp = a.out + '.tmp'
+    with open(tmp, 'w') as f: json.dump(out, f, indent=1)
+    os.replace(tmp, a.out)
+
+
+if __name__ == '__main__':
+    main()
