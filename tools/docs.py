@@ -17,10 +17,12 @@
         - raw dumps in outputs: Python reprs, logs (stderr, HTTP logs, progress bars), dict/list reprs,
           --help dumps, long text outputs;
         - figures under 150 dpi, or shown so much smaller than their size that the labels shrink;
-        - a page whose exported code is all hidden (`#| export` only, no `#| exports`);
+        - a page whose exported code is all hidden (`#| export` only, no `#| exports`), or that shows a function twice
+          (its signature by show_doc and its source: the site's doc processor, rope_lit.pages, shows the source once);
         - code/output blocks, tables or display equations wider than the column; lists rendered inline;
         - links to an anchor a page does not have; with no PATH given, also links to pages that do not exist,
-          pages missing from the sidebar's chapters (orphans) and sidebar entries with no page.
+          pages missing from the sidebar's chapters (orphans), sidebar entries with no page, markup in a sidebar title,
+          an index whose reading path runs in another order than the sidebar, and next/previous links switched off.
       Saves screenshots of the index and the `00_*` pages.
       Needs: apt-get install -y chromium pandoc libjs-katex   (or pass --install)
   python tools/docs.py selftest
@@ -463,6 +465,33 @@ def export_faults(raw):
         return [f'all {hidden} exported cells are hidden (`#| export`): show the code the page explains with `#| exports`']
     return []
 
+_re_show_doc = re.compile(r'^show_doc\(\s*([\w.]+)', re.M)
+
+def defined_names(code):
+    "Functions and classes `code` defines at its top level, named as `show_doc` names them (`C.f` for a `@patch`ed method)"
+    import ast
+    from nbdev.showdoc import showdoc_nm
+    try: tree = ast.parse(code)
+    except SyntaxError: return set()
+    return {showdoc_nm(o) for o in tree.body if isinstance(o, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+
+def twice_faults(nb):
+    """A function shown twice on processed page `nb`: a `show_doc` block with its signature, and its source in a visible
+    cell (`#| exports`, or plain code). The site shows the source once, with a heading (doc_procs in pyproject.toml)."""
+    sigs, shown = set(), set()
+    for c in nb['cells']:
+        if c['cell_type'] != 'code': continue
+        opts, code = _cell_opts(_text(c.get('source', '')))
+        if opts.get('include') is False: continue
+        m = _re_show_doc.search(code)
+        if m:
+            out = ''.join(_text(o.get('data', {}).get('text/markdown', '')) for o in c.get('outputs', []))
+            if '```python' in out and opts.get('output') is not False: sigs.add(m.group(1))
+        elif code and opts.get('echo') is not False: shown |= defined_names(code)
+    both = sorted(sigs & shown)
+    if both: return [f'function shown twice (its signature by show_doc, then its source): {len(both)}, e.g. {", ".join(both[:4])}']
+    return []
+
 def png_dpi(b):
     "The resolution a PNG records (its pHYs chunk), in dots per inch; None if it records none"
     import struct
@@ -526,15 +555,54 @@ def _resources(nbs):
     r = ((yaml.safe_load(q.read_text()) or {}).get('project', {}) or {}).get('resources') if q.exists() else None
     return [r] if isinstance(r, str) else list(r or [])
 
+def page_title(f):
+    "The title Quarto gives notebook `f`: its front matter's, else its first `# Title` (what nbdev makes front matter of)"
+    import yaml
+    try: cells = json.loads(Path(f).read_text(encoding='utf-8'))['cells']
+    except Exception: return None
+    for c in cells:
+        src = _text(c.get('source', '')).strip()
+        if c['cell_type'] == 'raw' and src.startswith('---'):
+            t = (yaml.safe_load(src.strip('-')) or {}).get('title')
+            if t: return str(t)
+        if c['cell_type'] == 'markdown':
+            m = re.match(r'#\s+(.+)', src)
+            return m.group(1).strip() if m else None
+    return None
+
+def index_path(nbs, pages):
+    "The reading path the index gives: the pages among `pages` in the order the index first links to them (links to a section excluded)"
+    f = Path(nbs)/'index.ipynb'
+    if not f.exists(): return []
+    md = '\n'.join(_text(c.get('source', '')) for c in json.loads(f.read_text(encoding='utf-8'))['cells'] if c['cell_type'] == 'markdown')
+    path = []
+    for t in re.findall(r'\]\(([^)\s#]+)\)', md):
+        if t in pages and t not in path: path.append(t)
+    return path
+
+# Markup that a sidebar or browser tab shows verbatim: code ticks, emphasis, links, HTML
+_re_markup = re.compile(r'`|\*|(?<![\w])_\S|\S_(?![\w])|\[[^\]]*\]\(|<[A-Za-z/]')
+
 def site_faults(nbs):
     """Pages Quarto would render that the sidebar does not list (orphans), sidebar entries with no page,
-    and a sidebar without chapters"""
-    import fnmatch
+    a sidebar without chapters, markup in a sidebar title, and next/previous links switched off"""
+    import fnmatch, yaml
     nbs = Path(nbs)
     secs = sidebar_sections(nbs)
     if secs is None: return ['no sidebar.yml: the site has no chapters (set custom_sidebar and write nbs/sidebar.yml)']
     listed = [f for _, fs in secs for f in fs]
     probs = [f'sidebar entry with no page: {f}' for f in listed if not (nbs/f).exists()]
+    titles = [(f'section "{t}"', t) for t, _ in secs if t] + [(f, page_title(nbs/f)) for f in listed if (nbs/f).exists()]
+    probs += [f'markup in a sidebar title (shown as typed): {w}: "{t}"' for w, t in titles if t and _re_markup.search(t)]
+    path = index_path(nbs, listed)
+    order = [f for f in listed if f in path]
+    if path != order:
+        probs.append('the index routes readers in another order than the sidebar: index ' + ' > '.join(path) +
+                     '; sidebar ' + ' > '.join(order))
+    q = nbs/'_quarto.yml'
+    web = ((yaml.safe_load(q.read_text()) or {}).get('website') or {}) if q.exists() else {}
+    if web.get('page-navigation') is not True:
+        probs.append('no next/previous links: set `page-navigation: true` under `website:` in _quarto.yml')
     if sum(t is not None for t, _ in secs) < 2: probs.append('the sidebar has fewer than two chapters (sections)')
     pats = _render_patterns(nbs)
     cands = [p.relative_to(nbs).as_posix() for p in nbs.rglob('*') if p.suffix in ('.ipynb', '.qmd', '.md') and
@@ -613,7 +681,7 @@ def render_pages(files, out, jobs):
             if out_file: pg['html'] = out/out_file
             pg.update(title=page.title, md=page.md)
             pg['problems'] += [f'Python traceback in an output ({t})' for t in page.tracebacks]
-            pg['problems'] += reader_faults(nb) + export_faults(json.loads(f.read_text(encoding='utf-8')))
+            pg['problems'] += reader_faults(nb) + export_faults(json.loads(f.read_text(encoding='utf-8'))) + twice_faults(nb)
             for rel, b in page.files.items():
                 (out/rel).parent.mkdir(parents=True, exist_ok=True); (out/rel).write_bytes(b)
         pages.append(pg)
@@ -834,6 +902,11 @@ def cmd_selftest(args):
         'wide_math': _nb(('markdown', '# Wide math\n\n> summary'), para,
                          ('markdown', '$$' + ' + '.join(f'\\cos(m\\theta_{{{i}}}) x_{{{i}}}' for i in range(24)) + '$$')),
         'inline_list': _nb(('markdown', '# Inline list\n\n> summary'), ('markdown', 'Training:\n- dropout\n- label smoothing')),
+        'shown_twice': _nb(('markdown', '# Shown twice\n\n> summary'), para,
+                           ('code', 'def half(x:int)->float:\n    "Half of `x`"\n    return x/2'),
+                           ('code', '#| eval: false\nshow_doc(half)', [dict(output_type='display_data', metadata={}, data={
+                               'text/markdown': '---\n\n### half\n\n```python\ndef half(x:int)->float:\n```\n\n*Half of `x`*',
+                               'text/plain': 'half'})])),
         'broken_link': _nb(('markdown', '# Broken link\n\n> summary'),
                            ('markdown', 'See [the good page](00_good.ipynb#no-such-section), [a good one](00_good.ipynb) '
                                         'and [the results](results/missing.csv).')),
@@ -847,7 +920,7 @@ def cmd_selftest(args):
               'low_dpi': 'below 150 dpi', 'shrunk_figure': 'shown at', 'hidden_exports': 'exported cells are hidden',
               'wide_code': 'block wider than the column', 'wide_table': 'table wider than the column',
               'wide_math': 'equation wider than the column', 'inline_list': 'list rendered inline',
-              'broken_link': ('no such anchor', 'no such file')}
+              'broken_link': ('no such anchor', 'no such file'), 'shown_twice': 'function shown twice'}
     with tempfile.TemporaryDirectory() as d:
         d = Path(d); nbs = d/'nbs'; nbs.mkdir()
         for k, nb in cases.items(): (nbs/f'{k}.ipynb').write_text(json.dumps(nb))
@@ -885,9 +958,20 @@ def cmd_selftest(args):
         for want in ('orphan page (rendered, but in no chapter of the sidebar): c.ipynb', 'sidebar entry with no page: gone.ipynb',
                      'orphan page (rendered, but in no chapter of the sidebar): results/table.md'):
             if want not in got: bad.append(f'site: expected {want!r}, got {got}')
-        (site/'_quarto.yml').write_text('project:\n  render:\n    - "*.ipynb"\n')
-        if any('table.md' in p for p in site_faults(site)): bad.append('site: a result file excluded by project.render still counted as a page')
-    n_checks = sum(1 if w is None or isinstance(w, str) else len(w) for w in expect.values()) + 7
+        for want in ('no next/previous links',): 
+            if not any(want in p for p in got): bad.append(f'site: expected {want!r}, got {got}')
+        (site/'_quarto.yml').write_text('project:\n  render:\n    - "*.ipynb"\nwebsite:\n  page-navigation: true\n')
+        got = site_faults(site)
+        if any('table.md' in p for p in got): bad.append('site: a result file excluded by project.render still counted as a page')
+        if any('next/previous' in p or 'markup' in p for p in got): bad.append(f'site: page-navigation on and plain titles, yet {got}')
+        (site/'b.ipynb').write_text(json.dumps(_nb(('markdown', '# The `b` page, **bold**\n\n> summary'), para)))
+        (site/'sidebar.yml').write_text((site/'sidebar.yml').read_text().replace('section: Two', 'section: "*Two*"'))
+        (site/'index.ipynb').write_text(json.dumps(_nb(('markdown', '# Index\n\n> summary'),
+                                                       ('markdown', 'Read [b](b.ipynb), then [a](a.ipynb); cite [a](a.ipynb#x).'))))
+        if not any('another order than the sidebar' in p for p in site_faults(site)): bad.append('site: an index out of the sidebar order not caught')
+        got = [p for p in site_faults(site) if 'markup' in p]
+        if len(got) != 2 or not any('b.ipynb' in p for p in got): bad.append(f'site: expected markup in two sidebar titles, got {got}')
+    n_checks = sum(1 if w is None or isinstance(w, str) else len(w) for w in expect.values()) + 11
     for b in bad: print(f'selftest: FAIL {b}')
     print(f'selftest: {n_checks - len(bad)} checks ok, {len(bad)} failed')
     return 1 if bad else 0
