@@ -749,9 +749,10 @@ def check_page(pg):
         if im['src'] and not re.match(r'^(data|https?):', im['src']) and f.is_file():
             pg['problems'] += image_faults(im['src'], f.read_bytes(), im['shown'], im['natural'])
 
-def link_faults(pages, whole_site:bool):
+def link_faults(pages, whole_site:bool, site_url:str|None=None):
     """Links between pages that lead nowhere: a page that was not rendered (checked when the whole site is),
-    or an anchor (`page.html#id`) that the target page does not have"""
+    or an anchor (`page.html#id`) that the target page does not have. Absolute links into the site itself
+    (`site_url`, where nbdev points the names it links, e.g. `page.html#name`) are checked as the pages they name."""
     ids, out = {}, {}
     for pg in pages:
         if pg['html'].exists():
@@ -763,6 +764,8 @@ def link_faults(pages, whole_site:bool):
         bad = []
         for href in re.findall(r'<a\s[^>]*href="([^"]+)"', m.group(1) if m else src):
             href = html.unescape(href)
+            if site_url and href.startswith(site_url) and re.match(r'^[\w.-]+\.html(#|$)', href[len(site_url):]):
+                href = href[len(site_url):]
             if re.match(r'^(https?|mailto|data|file|javascript):', href): continue
             page, _, frag = href.partition('#')
             if page and not page.endswith('.html'):   # a result file the page links to: it must be on the site
@@ -812,7 +815,7 @@ def cmd_check(args):
         (out/'styles.css').write_text(css.read_text() if css.exists() else '')
     pages = render_pages(files, out, args.jobs)
     shots = []
-    link_faults(pages, whole_site=not args.paths)
+    link_faults(pages, whole_site=not args.paths, site_url=cfg.doc_url if cfg.get('doc_host') else None)
     for pg in pages:
         check_page(pg)
         if pg['html'].exists() and (pg['nb'].stem == 'index' or pg['nb'].stem.startswith('00_')):
@@ -902,6 +905,8 @@ def cmd_selftest(args):
         'wide_math': _nb(('markdown', '# Wide math\n\n> summary'), para,
                          ('markdown', '$$' + ' + '.join(f'\\cos(m\\theta_{{{i}}}) x_{{{i}}}' for i in range(24)) + '$$')),
         'inline_list': _nb(('markdown', '# Inline list\n\n> summary'), ('markdown', 'Training:\n- dropout\n- label smoothing')),
+        'site_link': _nb(('markdown', '# Site link\n\n> summary'),
+                         ('markdown', 'nbdev links names absolutely: [`helper`](https://rope-lit.github.io/rope_lit/good.html#helper).')),
         'shown_twice': _nb(('markdown', '# Shown twice\n\n> summary'), para,
                            ('code', 'def half(x:int)->float:\n    "Half of `x`"\n    return x/2'),
                            ('code', '#| eval: false\nshow_doc(half)', [dict(output_type='display_data', metadata={}, data={
@@ -920,7 +925,8 @@ def cmd_selftest(args):
               'low_dpi': 'below 150 dpi', 'shrunk_figure': 'shown at', 'hidden_exports': 'exported cells are hidden',
               'wide_code': 'block wider than the column', 'wide_table': 'table wider than the column',
               'wide_math': 'equation wider than the column', 'inline_list': 'list rendered inline',
-              'broken_link': ('no such anchor', 'no such file'), 'shown_twice': 'function shown twice'}
+              'broken_link': ('no such anchor', 'no such file'), 'shown_twice': 'function shown twice',
+              'site_link': 'good.html#helper (no such anchor)'}
     with tempfile.TemporaryDirectory() as d:
         d = Path(d); nbs = d/'nbs'; nbs.mkdir()
         for k, nb in cases.items(): (nbs/f'{k}.ipynb').write_text(json.dumps(nb))
