@@ -1,4 +1,4 @@
-"""`RotaryMultiHeadAttention` (self- and cross-attention through `scaled_dot_product_attention`, GQA, masks, attention maps), the `KVCache` for incremental and beam decoding, `convert_qk_pairing`, and ALiBi's linear biases (`alibi_slopes`, `alibi_bias`) as an alternative to rotation
+"""`RotaryMultiHeadAttention` (self- and cross-attention through `scaled_dot_product_attention`, grouped-query attention (GQA), masks, attention maps), the `KVCache` for incremental and beam decoding, `convert_qk_pairing`, and ALiBi's linear biases (`alibi_slopes`, `alibi_bias`) as an alternative to rotation
 
 Docs: https://rope-lit.github.io/rope_lit/attention.html.md"""
 
