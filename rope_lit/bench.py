@@ -7,14 +7,14 @@ Docs: https://rope-lit.github.io/rope_lit/benchmark.html.md"""
 # %% auto #0
 __all__ = ['FLOOR', 'AUTOGRAD_FLOOR', 'OURS', 'CPU_TUNABLES', 'Method', 'all_methods', 'available', 'cpu_environment',
            'run_benchmark', 'hardware', 'plot_results', 'results_table', 'csv_text', 'write_results', 'read_results',
-           'sweep_tiles', 'targets', 'targets_table']
+           'sweep_tiles', 'bench_append', 'targets', 'targets_table']
 
 # %% ../nbs/04a_benchmark.ipynb #2cd1830f
 import argparse, csv, datetime, json, math, os, platform, statistics, sys, time
 from pathlib import Path
 import torch
 from .frequencies import rope_frequencies
-from .kernels import select_backend
+from .kernels import select_backend, rotary_append_native, rotary_qk_native
 from .rope import rotary_qk as rotary_qk_eager, rotary_cos_sin
 
 # %% ../nbs/04a_benchmark.ipynb #6b98e279
@@ -377,6 +377,63 @@ def sweep_tiles(shape, dtype=torch.bfloat16, interleaved=False, configs=None)->l
         out.append(dict(shape='x'.join(map(str, shape)), pairing='interleaved' if interleaved else 'split', default=(bs, bh, g, nw) == tile_config(B, S, H, D),
                         block_s=bs, block_h=bh, head_groups=g, num_warps=nw, us=t * 1e3))
     return sorted(out, key=lambda r: r['us'])
+
+# %% ../nbs/04a_benchmark.ipynb #04becde5
+def bench_append(
+    shapes=(('decode', 32, 1), ('prefill chunk', 1, 512)), # (name, batch, new tokens per row)
+    heads_q:int=32,       # query heads
+    heads_kv:int=8,       # key/value heads
+    head_dim:int=128,     # features per head (all rotated)
+    max_len:int=2048,     # cache slots per row
+    rounds:int=101,       # timed rounds (the methods interleaved); the median is reported
+    calls:int=10,         # calls per round
+    threads:int|None=1,   # torch threads while timing (None: as set)
+):                        # a DataFrame: median µs per call of each method, per shape
+    "Time rotate-and-append (native kernel) against rotate (native kernel) then copy, on CPU"
+    saved = torch.get_num_threads()
+    if threads: torch.set_num_threads(threads)
+    try: return _bench_append(shapes, heads_q, heads_kv, head_dim, max_len, rounds, calls)
+    finally: torch.set_num_threads(saved)
+
+def _bench_append(shapes, heads_q, heads_kv, head_dim, max_len, rounds, calls):
+    import pandas as pd
+    def two_step(q, k, v, kc, vc, c, s, off):
+        S = q.shape[2]
+        if isinstance(off, int):       # one offset for the batch: the rotation, then slices
+            rq, rk = rotary_qk_native(q, k, c, s, offset=off)
+            kc[:, :, off:off + S] = rk; vc[:, :, off:off + S] = v
+        else:                          # per-row offsets: the rotation, then scatter
+            rq, rk = rotary_qk_native(q, k, c, s, offset=off)
+            idx = (off[:, None] + torch.arange(S))[:, None, :, None]
+            kc.scatter_(2, idx.expand(rk.shape), rk); vc.scatter_(2, idx.expand(v.shape), v)
+        return rq
+    out = []
+    for name, B, S in shapes:
+        g = torch.Generator().manual_seed(0)
+        q = torch.randn(B, heads_q, S, head_dim, generator=g)
+        k, v = (torch.randn(B, heads_kv, S, head_dim, generator=g) for _ in range(2))
+        kc, vc = (torch.zeros(B, heads_kv, max_len, head_dim) for _ in range(2))
+        c, s = rotary_cos_sin(torch.arange(max_len), rope_frequencies(head_dim, dtype=torch.float64))
+        per_row = torch.randint(0, max_len - S + 1, (B,), generator=g)
+        methods = {('one for the batch', 'rotate-and-append'):
+                       lambda: rotary_append_native(q, k, v, kc, vc, c, s, max_len // 2),
+                   ('one for the batch', 'rotate, then copy'):
+                       lambda: two_step(q, k, v, kc, vc, c, s, max_len // 2),
+                   ('per row', 'rotate-and-append'):
+                       lambda: rotary_append_native(q, k, v, kc, vc, c, s, per_row),
+                   ('per row', 'rotate, then scatter'):
+                       lambda: two_step(q, k, v, kc, vc, c, s, per_row)}
+        times = {m: [] for m in methods}
+        for f in methods.values(): f(); f()          # warm-up
+        for _ in range(rounds):
+            for m, f in methods.items():
+                t0 = time.perf_counter()
+                for _ in range(calls): f()
+                times[m].append((time.perf_counter() - t0) / calls * 1e6)
+        for (offsets, method), ts in times.items():
+            out.append(dict(shape=f"{name} ({B}×{S} tokens)", offsets=offsets, method=method,
+                            median_us=float(torch.tensor(ts).median())))
+    return pd.DataFrame(out)
 
 # %% ../nbs/04a_benchmark.ipynb #22dfeecd
 def targets(rows:list, device:str)->list:

@@ -6,23 +6,22 @@ Docs: https://rope-lit.github.io/rope_lit/kernels.html.md"""
 
 # %% auto #0
 __all__ = ['COMPILE_MIN_NUMEL', 'CPU_KERNEL_PATH', 'CPU_KERNEL_SOURCE', 'BACKENDS', 'tile_config', 'triton_rotary',
-           'rotary_qk_triton', 'compile_available', 'rotary_qk_compiled', 'cpp_parts', 'native_possible',
-           'native_cache_dir', 'native_extension', 'native_kernel', 'rotary_qk_native', 'native_qk_direct',
-           'select_backend', 'rotary_append_eager', 'rotary_append_triton', 'rotary_append_native', 'rotary_append',
-           'bench_append', 'check_backend', 'worst_errors']
+           'rotary_qk_triton', 'compile_available', 'rotary_qk_compiled', 'native_kernel', 'rotary_qk_native',
+           'native_qk_direct', 'select_backend', 'rotary_append_eager', 'rotary_append_triton', 'rotary_append_native',
+           'rotary_append', 'cpp_parts', 'native_possible', 'native_extension']
 
 # %% ../nbs/04_kernels.ipynb #7cd199f8
-import atexit, fcntl, functools, hashlib, importlib.util, inspect, itertools, operator, os, platform, shutil, stat, sys
-import tempfile, threading, time, warnings
+import functools, itertools, operator, os, shutil, sys, time, warnings
 from pathlib import Path
 from typing import Optional
 import rope_lit
 import torch
 from torch import Tensor
-from .rope import rotary_qk as rotary_qk_eager, complex_viewable, rotate_complex
-from .rope import rotary_cos_sin, check_table_rows, check_disjoint
-from .frequencies import rope_frequencies
-from .cli_args import atomic_write
+from .rotation import rotary_qk as rotary_qk_eager, complex_viewable, rotate_complex
+from .rotation import check_table_rows, check_disjoint
+from .cpp_build import cpp_parts, native_possible, native_extension
+# the build system's names the translation model uses, offered here too
+_all_ = ['cpp_parts', 'native_possible', 'native_extension']
 try:
     import triton
     import triton.language as tl
@@ -393,177 +392,21 @@ except NameError: _PACKAGE_DIR = Path(rope_lit.__file__).parent   # this page, r
 CPU_KERNEL_PATH = _PACKAGE_DIR / 'csrc' / 'rotary_cpu.cpp'
 CPU_KERNEL_SOURCE = CPU_KERNEL_PATH.read_text(encoding='utf-8')   # what the build compiles
 
-# %% ../nbs/04_kernels.ipynb #cppparts01
-def cpp_parts(text:str)->dict:
-    "The parts of a C++ source, split at its `//@ part: NAME` comments (the marker lines left out)"
-    import re
-    parts, name = {}, None
-    for line in text.splitlines():
-        m = re.fullmatch(r'\s*//@ part: (\w+)\s*', line)
-        if m: name = m.group(1); parts[name] = []
-        elif name is not None: parts[name].append(line)
-    return {n: '\n'.join(lines).strip('\n') for n, lines in parts.items()}
-
-
 # %% ../nbs/04_kernels.ipynb #d0e53710
 _NATIVE_FUNCTIONS = ['rotary_qk', 'rotary_qk_autograd', 'copy_qk_autograd', 'rotary_append']
-_NATIVE_CFLAGS = ['-O3', '-march=native', '-fopenmp']
-
-def _build_signature()->str:
-    "What the build depends on besides the source: CPU features, torch, Python, the environment"
-    # the environment: its prefix, and the include paths that ninja's build file embeds
-    import sysconfig
-    from torch.utils import cpp_extension
-    try: flags = next((l for l in open('/proc/cpuinfo') if l.startswith(('flags', 'Features'))), '')
-    except OSError: flags = ''
-    env = [sys.prefix, sysconfig.get_paths().get('include', ''), *cpp_extension.include_paths()]
-    return '|'.join([flags or platform.processor(), torch.__version__, str(sys.version_info[:2]),
-                     *env])
-
-def _native_name(source:str|None=None, prefix:str='rope_lit_native')->str:
-    "The cache entry's name: a hash of the source (default the kernel's), the flags and `_build_signature()`"
-    key_text = '\n'.join([source or CPU_KERNEL_SOURCE, *_NATIVE_CFLAGS, _build_signature()])
-    return f"{prefix}_{hashlib.sha256(key_text.encode()).hexdigest()[:16]}"
-
-def _probe_native()->bool:
-    if os.environ.get('ROPE_LIT_NATIVE', '1') == '0' or not sys.platform.startswith('linux'):
-        return False
-    cxx = os.environ.get('CXX')
-    return any(shutil.which(c) for c in ([cxx] if cxx else []) + ['c++', 'g++'])
-
 # probed once at import: choosing a backend inside a compiled region reads a constant
-_NATIVE_POSSIBLE = _probe_native()
-
-def native_possible()->bool:
-    "Can the native CPU kernel be built here (Linux, a C++ compiler, not `ROPE_LIT_NATIVE=0`)?"
-    return _NATIVE_POSSIBLE
-
-def _own(path:Path, group_ok:bool=False)->bool:
-    "Is `path` (not a symbolic link) this user's, and writable by no one else (nor by the group, unless `group_ok`)?"
-    try: st = os.lstat(path)
-    except OSError: return False
-    return (not stat.S_ISLNK(st.st_mode) and st.st_uid == os.geteuid()
-            and not st.st_mode & (0o002 if group_ok else 0o022))
-
-def _safe_parents(path:Path)->bool:
-    "Can no one else rename or replace `path`: every folder above it the user's or root's, and shared only if sticky?"
-    for parent in path.resolve().parents:
-        try: st = os.stat(parent)
-        except OSError: return False
-        if st.st_uid not in (0, os.geteuid()): return False
-        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX: return False
-    return True
-
-_private_fallback = {}
-
-def native_cache_dir()->Path:
-    "Folder of built kernels: `$ROPE_LIT_CACHE`, else `rope_lit` in `$XDG_CACHE_HOME` or `~/.cache`"
-    root = os.environ.get('ROPE_LIT_CACHE')
-    root = Path(root) if root else Path(os.environ.get('XDG_CACHE_HOME') or Path.home() / '.cache') / 'rope_lit'
-    try: root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError: pass
-    if _own(root, group_ok=True) and not _own(root):   # ours, but group-writable (a umask of 002): close it
-        try: os.chmod(root, 0o700)
-        except OSError: pass
-    if _own(root) and _safe_parents(root): return root
-    if root not in _private_fallback:   # another user could plant a library there: not ours to load
-        _private_fallback[root] = Path(tempfile.mkdtemp(prefix='rope_lit-'))
-        atexit.register(shutil.rmtree, _private_fallback[root], ignore_errors=True)   # one process's folder
-        _say(f"not using the cache folder {root}: it, or a folder above it, is not this user's, "
-             "or others can write to it; "
-             f"building in the private folder {_private_fallback[root]} instead")
-    return _private_fallback[root]
-
-def _say(message:str):
-    "One line on stderr, for the builds (they take a minute: never silent)"
-    print(f"rope_lit: {message}", file=sys.stderr, flush=True)
+_NATIVE_POSSIBLE = native_possible()
 
 # %% ../nbs/04_kernels.ipynb #80b07da8
-_native, _native_lock = {}, threading.Lock()
-
-def _digest(path:Path)->str:
-    "Size and SHA-256 of a file, as recorded beside a built library"
-    h = hashlib.sha256()
-    with open(path, 'rb') as f:
-        for block in iter(lambda: f.read(1 << 20), b''): h.update(block)
-    return f"{path.stat().st_size} {h.hexdigest()}"
-
-def _load_verified(name:str, so:Path):
-    "The library `so` imported, if it is whole (size and hash as recorded at its build); else None, and it is removed"
-    record = so.with_suffix('.sha256')
-    try: whole = _own(so, group_ok=True) and record.read_text() == _digest(so)   # in a folder only we can enter
-    except OSError: whole = False
-    if not whole:                     # truncated, changed, or from an older rope_lit: build it again
-        so.unlink(missing_ok=True); record.unlink(missing_ok=True)
-        return None
-    spec = importlib.util.spec_from_file_location(name, so)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-def _build_native(verbose, source=None, functions=_NATIVE_FUNCTIONS, prefix='rope_lit_native',
-                  what='native CPU kernel'):
-    "Build (or load) one native extension; `functions=None`: the source defines its own bindings"
-    from torch.utils import cpp_extension
-    name = _native_name(source, prefix)
-    build = native_cache_dir() / name
-    build.mkdir(mode=0o700, exist_ok=True)
-    so = build / f"{name}.so"
-    # One build at a time: an advisory lock on a file of the folder, which the kernel releases when its
-    # holder exits, killed or not, so a killed build never leaves others waiting.
-    with open(build / 'build.lock', 'a') as lock:
-        try: fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB); waited = False
-        except BlockingIOError:
-            _say(f"waiting for another process's build of the {what} ({name})")
-            fcntl.flock(lock, fcntl.LOCK_EX); waited = True
-        (build / 'lock').unlink(missing_ok=True)   # torch's own lock file, left by a killed build
-        module = _load_verified(name, so)
-        if module is not None:
-            if waited: _say(f"{what} ready")
-            return module
-        if shutil.which('ninja') is None:   # the `ninja` package's binary, if not on PATH
-            import ninja; os.environ['PATH'] = ninja.BIN_DIR + os.pathsep + os.environ.get('PATH', '')
-        _say(f"building the {what} {name} (once per Python environment; about a minute)")
-        start = time.perf_counter()
-        has_opt = 'no_implicit_headers' in inspect.signature(cpp_extension.load_inline).parameters
-        kw = {'no_implicit_headers': True} if has_opt else {}
-        module = cpp_extension.load_inline(name, [source or CPU_KERNEL_SOURCE], functions=functions,
-                                           extra_cflags=_NATIVE_CFLAGS, extra_ldflags=['-fopenmp'],
-                                           build_directory=str(build), verbose=verbose, **kw)
-        record = so.with_suffix('.sha256')
-        atomic_write(record, _digest(so))
-        _say(f"{what} built in {time.perf_counter() - start:.1f} s")
-        return module
-
-def native_extension(
-    source:str,            # C++ source: the build compiles it as it is
-    prefix:str,            # the cache entry's name: prefix_<hash>
-    what:str,              # what it is, in the build's messages and warning
-    fallback:str,          # what rope_lit does instead if it can't be built, for the warning
-    functions:list|None=None, # functions to bind; None: the source has its own PYBIND11_MODULE
-    verbose:bool=False,    # print the compiler's commands and output
-):
-    "A native CPU extension of rope_lit: built on first use, then loaded from the cache; None if it can't be"
-    if prefix in _native: return _native[prefix]
-    with _native_lock:   # one build per process, whichever thread asks first
-        if prefix not in _native:
-            module = None
-            if _NATIVE_POSSIBLE:
-                try: module = _build_native(verbose, source, functions, prefix, what)
-                except Exception as e:
-                    warnings.warn(f"rope_lit: the {what} could not be built "
-                                  f"({type(e).__name__}: {str(e)[-400:]}); {fallback}",
-                                  stacklevel=3)
-            _native[prefix] = module
-    return _native[prefix]
+_kernel = {}   # 'module': the built kernel, or None where it cannot be built
 
 def native_kernel(verbose:bool=False):   # print the compiler's commands and output
     "The native CPU kernel: built on first use, then loaded from the cache; None if it can't be"
-    if 'module' not in _native:
-        _native['module'] = native_extension(
+    if 'module' not in _kernel:
+        _kernel['module'] = native_extension(
             CPU_KERNEL_SOURCE, 'rope_lit_native', 'native CPU kernel',
             'the CPU path uses the compiled one-pass function instead', _NATIVE_FUNCTIONS, verbose)
-    return _native['module']
+    return _kernel['module']
 
 
 # %% ../nbs/04_kernels.ipynb #2aa0c9b4
@@ -600,7 +443,7 @@ def rotary_qk_native(
         qo, ko = torch.ops.rope_lit.native_rotary_qk(q, k, cos, sin, positions, offsets, shift,
                                                       bool(interleaved), False)
         return (q.copy_(qo), k.copy_(ko)) if inplace else (qo, ko)
-    ext = _native['module'] if 'module' in _native else native_kernel()
+    ext = _kernel['module'] if 'module' in _kernel else native_kernel()
     if not (isinstance(cos, Tensor) and isinstance(sin, Tensor)):
         raise TypeError("cos and sin must be tensors, "
                         f"got {type(cos).__name__} and {type(sin).__name__}")
@@ -628,7 +471,7 @@ def rotary_qk_native(
 def _native_rotary_qk_impl(q:Tensor, k:Tensor, cos:Tensor, sin:Tensor, positions:Optional[Tensor],
                            offsets:Optional[Tensor], shift:int, interleaved:bool, conjugate:bool
                            ) -> tuple[Tensor, Tensor]:
-    ext = _native['module'] if 'module' in _native else native_kernel()
+    ext = _kernel['module'] if 'module' in _kernel else native_kernel()
     if ext is None:                   # not buildable here after all: the compiled path, at -θ if asked
         return rotary_qk_compiled(q, k, cos, -sin if conjugate else sin, positions, interleaved,
                                   False, offsets if offsets is not None else shift)
@@ -908,7 +751,7 @@ def rotary_append_native(
     interleaved:bool=False,          # pair (2i, 2i+1) instead of (i, i+r/2)
 )->Tensor:                           # q rotated (a new tensor)
     "Rotate-and-append in one pass of the native CPU kernel (no autograd)"
-    ext = _native['module'] if 'module' in _native else native_kernel()
+    ext = _kernel['module'] if 'module' in _kernel else native_kernel()
     if ext is None:                  # not buildable here: rotate, then copy
         return rotary_append_eager(q, k, v, k_cache, v_cache, cos, sin, offset, positions,
                                    interleaved, rotate=rotary_qk_native)
@@ -954,181 +797,3 @@ def rotary_append(
         if fn is rotary_qk_native: return rotary_append_native(*args)
         if fn is rotary_qk_triton and q.dtype != torch.float64: return rotary_append_triton(*args)
     return rotary_append_eager(*args, rotate=fn)
-
-# %% ../nbs/04_kernels.ipynb #83be989d
-def _rotate_then_copy(q, k, v, kc, vc, cos, sin, offset, positions, il, rotate):
-    "Rotate with `rotate`, then `index_copy_` each row's k and v into copies of the caches"
-    B, S = q.shape[0], q.shape[2]
-    first = offset.tolist() if isinstance(offset, Tensor) else [offset] * B
-    slots = torch.tensor(first, device=q.device)[:, None] + torch.arange(S, device=q.device)
-    if cos.dim() == 2 and positions is None: positions = slots
-    rq, rk = rotate(q, k, cos, sin, positions=positions, interleaved=il)
-    kc, vc = kc.clone(), vc.clone()
-    for b in range(B):
-        kc[b].index_copy_(1, slots[b], rk[b]); vc[b].index_copy_(1, slots[b], v[b])
-    return rq, kc, vc
-
-def _append_cases(dtypes=(torch.float32, torch.bfloat16, torch.float64), seed=0):
-    "Random inputs: every way of giving positions, both pairings, partial rotation, decode, chunk"
-    g = torch.Generator().manual_seed(seed)
-    B, HQ, HK, D, Dv, L, T = 3, 4, 2, 16, 12, 24, 40
-    for i, (rows, il, S) in enumerate(itertools.product(
-            ('int', 'offsets', 'pos1d', 'pos2d', 'per_token'), (False, True), (1, 5))):
-        dt, r = dtypes[i % len(dtypes)], (8 if i % 3 == 0 else 16)
-        q = torch.randn(B, HQ, S, D, generator=g).to(dt)
-        k = torch.randn(B, HK, S, D, generator=g).to(dt)
-        v = torch.randn(B, HK, S, Dv, generator=g).to(dt)
-        kc = torch.randn(B, HK, L, D, generator=g).to(dt)
-        vc = torch.randn(B, HK, L, Dv, generator=g).to(dt)
-        shape = (B, S, r // 2) if rows == 'per_token' else (T, r // 2)
-        angles = torch.rand(*shape, generator=g) * 20
-        cos, sin = angles.cos(), angles.sin()
-        offset = torch.randint(0, L - S + 1, (B,), generator=g) if rows != 'int' else 7
-        positions = {'pos1d': torch.randint(0, T, (S,), generator=g),
-                     'pos2d': torch.randint(0, T, (B, S), generator=g)}.get(rows)
-        yield dict(rows=rows, interleaved=il, seq=S, dtype=dt, r=r), (
-            q, k, v, kc, vc, cos, sin, offset, positions, il)
-
-# %% ../nbs/04_kernels.ipynb #04becde5
-def bench_append(
-    shapes=(('decode', 32, 1), ('prefill chunk', 1, 512)), # (name, batch, new tokens per row)
-    heads_q:int=32,       # query heads
-    heads_kv:int=8,       # key/value heads
-    head_dim:int=128,     # features per head (all rotated)
-    max_len:int=2048,     # cache slots per row
-    rounds:int=101,       # timed rounds (the methods interleaved); the median is reported
-    calls:int=10,         # calls per round
-    threads:int|None=1,   # torch threads while timing (None: as set)
-):                        # a DataFrame: median µs per call of each method, per shape
-    "Time rotate-and-append (native kernel) against rotate (native kernel) then copy, on CPU"
-    saved = torch.get_num_threads()
-    if threads: torch.set_num_threads(threads)
-    try: return _bench_append(shapes, heads_q, heads_kv, head_dim, max_len, rounds, calls)
-    finally: torch.set_num_threads(saved)
-
-def _bench_append(shapes, heads_q, heads_kv, head_dim, max_len, rounds, calls):
-    import pandas as pd
-    def two_step(q, k, v, kc, vc, c, s, off):
-        S = q.shape[2]
-        if isinstance(off, int):       # one offset for the batch: the rotation, then slices
-            rq, rk = rotary_qk_native(q, k, c, s, offset=off)
-            kc[:, :, off:off + S] = rk; vc[:, :, off:off + S] = v
-        else:                          # per-row offsets: the rotation, then scatter
-            rq, rk = rotary_qk_native(q, k, c, s, offset=off)
-            idx = (off[:, None] + torch.arange(S))[:, None, :, None]
-            kc.scatter_(2, idx.expand(rk.shape), rk); vc.scatter_(2, idx.expand(v.shape), v)
-        return rq
-    out = []
-    for name, B, S in shapes:
-        g = torch.Generator().manual_seed(0)
-        q = torch.randn(B, heads_q, S, head_dim, generator=g)
-        k, v = (torch.randn(B, heads_kv, S, head_dim, generator=g) for _ in range(2))
-        kc, vc = (torch.zeros(B, heads_kv, max_len, head_dim) for _ in range(2))
-        c, s = rotary_cos_sin(torch.arange(max_len), rope_frequencies(head_dim, dtype=torch.float64))
-        per_row = torch.randint(0, max_len - S + 1, (B,), generator=g)
-        methods = {('one for the batch', 'rotate-and-append'):
-                       lambda: rotary_append_native(q, k, v, kc, vc, c, s, max_len // 2),
-                   ('one for the batch', 'rotate, then copy'):
-                       lambda: two_step(q, k, v, kc, vc, c, s, max_len // 2),
-                   ('per row', 'rotate-and-append'):
-                       lambda: rotary_append_native(q, k, v, kc, vc, c, s, per_row),
-                   ('per row', 'rotate, then scatter'):
-                       lambda: two_step(q, k, v, kc, vc, c, s, per_row)}
-        times = {m: [] for m in methods}
-        for f in methods.values(): f(); f()          # warm-up
-        for _ in range(rounds):
-            for m, f in methods.items():
-                t0 = time.perf_counter()
-                for _ in range(calls): f()
-                times[m].append((time.perf_counter() - t0) / calls * 1e6)
-        for (offsets, method), ts in times.items():
-            out.append(dict(shape=f"{name} ({B}×{S} tokens)", offsets=offsets, method=method,
-                            median_us=float(torch.tensor(ts).median())))
-    return pd.DataFrame(out)
-
-# %% ../nbs/04_kernels.ipynb #65134c07
-_TOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
-
-def _cases(full, dtypes):
-    opts = dict(interleaved=(False, True), partial=(False, True), rows=('seq', 'batch_seq', 'pos1d', 'pos2d', 'offset_int', 'offset_tensor'),
-                strided=(False, True), inplace=(False, True), dtype=dtypes)
-    if full:
-        import itertools
-        for v in itertools.product(*opts.values()): yield dict(zip(opts, v))
-        return
-    covering = [dict(partial=False, rows='seq', strided=False, inplace=False), dict(partial=True, rows='pos1d', strided=True, inplace=False),
-                dict(partial=False, rows='offset_tensor', strided=True, inplace=False), dict(partial=False, rows='pos2d', strided=False, inplace=True),
-                dict(partial=True, rows='batch_seq', strided=False, inplace=False), dict(partial=False, rows='offset_int', strided=False, inplace=True)]
-    for il in (False, True):
-        for i, c in enumerate(covering): yield dict(c, interleaved=il, dtype=dtypes[i % len(dtypes)])
-
-# %% ../nbs/04_kernels.ipynb #f26ffd34
-def _make_case(c, device, B=2, HQ=4, HK=2, S=7, D=16, table_len=24):
-    r = D // 2 if c['partial'] else D
-    g = lambda *shape: torch.randn(*shape, device=device, dtype=torch.float32)
-    if c['strided']:   # q and k as views of a fused qkv projection (batch, seq, heads, head_dim)
-        qkv = g(B, S, HQ + 2 * HK, D).to(c['dtype'])
-        q, k = qkv[:, :, :HQ].transpose(1, 2), qkv[:, :, HQ:HQ + HK].transpose(1, 2)
-    else: q, k = g(B, HQ, S, D).to(c['dtype']), g(B, HK, S, D).to(c['dtype'])
-    angles = torch.rand(B if c['rows'] == 'batch_seq' else table_len, *((S,) if c['rows'] == 'batch_seq' else ()), r // 2, device=device) * 20
-    cos, sin = angles.cos(), angles.sin()
-    kw, ref_pos = {}, None
-    if c['rows'] == 'seq': cos, sin = cos[:S], sin[:S]
-    elif c['rows'] == 'pos1d': kw['positions'] = ref_pos = torch.randperm(table_len, device=device)[:S]
-    elif c['rows'] == 'pos2d': kw['positions'] = ref_pos = torch.randint(0, table_len, (B, S), device=device)
-    elif c['rows'] == 'offset_int': kw['offset'] = 5; ref_pos = torch.arange(S, device=device) + 5
-    elif c['rows'] == 'offset_tensor':
-        kw['offset'] = torch.randint(0, table_len - S, (B,), device=device)
-        ref_pos = torch.arange(S, device=device) + kw['offset'][:, None]
-    return q, k, cos, sin, kw, ref_pos, r
-
-# %% ../nbs/04_kernels.ipynb #0e031bdf
-def check_backend(
-    fn,                   # a function with the `rotary_qk` contract (plus `offset`)
-    device='cpu',         # where the inputs live
-    dtypes=(torch.float32, torch.bfloat16), # storage dtypes to test
-    full:bool=False,      # every combination of options instead of the covering list
-    backward:bool=True,   # also compare gradients
-    seed:int=0,           # seed of the random inputs
-)->list:                  # one dict per case: the case and its relative errors
-    "Compare `fn` with the float64 eager reference on fresh random inputs; raise AssertionError on a mismatch"
-    torch.manual_seed(seed)
-    rows = []
-    for c in _cases(full, dtypes):
-        q, k, cos, sin, kw, ref_pos, r = _make_case(c, device)
-        ref_cos, ref_sin = cos.double(), sin.double()
-        q64, k64 = q.double().requires_grad_(), k.double().requires_grad_()
-        rq, rk = rotary_qk_eager(q64, k64, ref_cos, ref_sin, positions=ref_pos, interleaved=c['interleaved'])
-        gq, gk = torch.randn_like(rq), torch.randn_like(rk)
-        dq_ref, dk_ref = torch.autograd.grad((rq, rk), (q64, k64), (gq, gk))
-        qi, ki = q.clone().requires_grad_(backward), k.clone().requires_grad_(backward)
-        qa, ka = (qi * 1, ki * 1) if c['inplace'] else (qi, ki)   # in-place needs non-leaf tensors
-        with torch.set_grad_enabled(backward):
-            oq, ok = fn(qa, ka, cos, sin, interleaved=c['interleaved'], inplace=c['inplace'], **kw)
-        err = lambda a, b: ((a.double() - b).norm() / b.norm()).item()
-        row = dict(c, dtype=str(c['dtype']).replace('torch.', ''), err_q=err(oq, rq), err_k=err(ok, rk))
-        row['passthrough_exact'] = bool(torch.equal(oq[..., r:], q[..., r:]) and torch.equal(ok[..., r:], k[..., r:]))
-        if c['inplace']: row['inplace_written'] = oq.data_ptr() == qa.data_ptr() and ok.data_ptr() == ka.data_ptr()
-        if backward:
-            dq, dk = torch.autograd.grad((oq, ok), (qi, ki), (gq.to(oq.dtype), gk.to(ok.dtype)))
-            row.update(err_dq=err(dq, dq_ref), err_dk=err(dk, dk_ref))
-        tol = _TOL[c['dtype']]
-        bad = [n for n, v in row.items() if (n.startswith('err') and not v <= tol) or (n in ('passthrough_exact', 'inplace_written') and not v)]
-        if bad: raise AssertionError(f"{getattr(fn, '__name__', fn)} disagrees with the reference on {row} (tolerance {tol}): {bad}")
-        rows.append(row)
-    return rows
-
-def worst_errors(rows:list)->dict:
-    "The largest relative error of any output or gradient in `rows` (from `check_backend`), per dtype"
-    return {d: float(f"{max(v for r in rows if r['dtype'] == d for n, v in r.items() if n.startswith('err')):.3g}")
-            for d in dict.fromkeys(r['dtype'] for r in rows)}
-
-# %% ../nbs/04_kernels.ipynb #f7e8e07e
-def _errors_table(rows):
-    "The largest relative error per storage dtype of `check_backend`'s rows, as a markdown table"
-    from IPython.display import Markdown
-    n = {d: sum(r['dtype'] == d for r in rows) for d in dict.fromkeys(r['dtype'] for r in rows)}
-    lines = ['| storage dtype | cases | largest relative error (outputs and gradients) |',
-             '|---|---:|---:|']
-    lines += [f"| {d} | {n[d]} | {e:.3g} |" for d, e in worst_errors(rows).items()]
-    return Markdown('\n'.join(lines))
