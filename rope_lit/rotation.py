@@ -6,13 +6,13 @@ Docs: https://rope-lit.github.io/rope_lit/rotation.html.md"""
 
 # %% ../nbs/01a_rotation.ipynb #rot02
 from __future__ import annotations
-import math
+import math, operator
 import torch
 from torch import Tensor
 
 # %% auto #0
 __all__ = ['rotate_complex', 'complex_viewable', 'apply_rotary', 'rotary_cos_sin', 'apply_rotary_', 'check_table_rows',
-           'rotary_qk', 'check_disjoint']
+           'rotary_qk', 'check_disjoint', 'check_qk_args', 'offset_rows', 'check_append_args']
 
 # %% ../nbs/01a_rotation.ipynb #5d0a4546
 def _check_rotary_inputs(x, cos, sin, name='x'):
@@ -189,3 +189,97 @@ def check_disjoint(
             return at.flatten() + (t0 - a0) // size
         answer = bool(torch.isin(addresses(q, a0), addresses(k, b0)).any())
     if answer is not False: raise ValueError(message)
+
+# %% ../nbs/01a_rotation.ipynb #rotchk2
+def check_qk_args(q, k, cos, sin, positions, inplace):
+    "Raise a one-line error unless q, k, cos, sin and positions fit the `rotary_qk` contract of the fused backends"
+    if not isinstance(q, Tensor) or q.dim() != 4: raise ValueError(f"q must be a 4-d tensor (batch, heads, seq, head_dim), got {getattr(q, 'shape', type(q))}")
+    if not isinstance(k, Tensor) or k.dim() != 4: raise ValueError(f"k must be a 4-d tensor (batch, heads, seq, head_dim), got {getattr(k, 'shape', type(k))}")
+    if k.shape[-1] != q.shape[-1] or k.shape[0] != q.shape[0] or k.shape[2] != q.shape[2]:
+        raise ValueError(f"k must match q in batch, seq and head_dim: q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if not q.is_floating_point(): raise TypeError(f"q must be a floating-point tensor, got {q.dtype}")
+    if cos.shape != sin.shape: raise ValueError(f"sin must have the shape of cos {tuple(cos.shape)}, got {tuple(sin.shape)}")
+    if 2 * cos.shape[-1] > q.shape[-1]: raise ValueError(f"cos has {cos.shape[-1]} columns: rotary_dim {2*cos.shape[-1]} > head_dim {q.shape[-1]}")
+    if positions is not None and positions.is_floating_point(): raise TypeError(f"positions must be an integer tensor, got {positions.dtype}")
+    if inplace: check_disjoint(q, k)        # shared memory would be rotated twice
+
+def offset_rows(q, cos, sin, positions, offset):
+    "Fold an int `offset` into `positions` or a slice of the table; a tensor offset stays a (batch,) tensor"
+    if isinstance(offset, Tensor) and offset.device.type == 'meta' and q.device.type != 'meta':
+        raise ValueError(f"offset is on the meta device, which holds no values: give it on {q.device}")
+    if offset is None or isinstance(offset, Tensor): return cos, sin, positions, offset
+    if positions is not None: return cos, sin, (positions + offset if offset else positions), None
+    S = q.shape[2]
+    if offset < 0 or offset > cos.shape[-2] - S:
+        raise IndexError(f"offset {offset}: positions {offset}..{offset + S - 1} are outside the cos/sin table "
+                         f"of {cos.shape[-2]} rows")
+    return cos[..., offset:offset + S, :], sin[..., offset:offset + S, :], None, None
+
+# %% ../nbs/01a_rotation.ipynb #rotchk5
+def check_append_args(q, k, v, k_cache, v_cache, cos, sin, positions, offset)->tuple:
+    "Raise (the native kernel's messages) unless the arguments fit; return `(offsets, shift)`"
+    for t in (q, k, v, k_cache, v_cache):
+        if not isinstance(t, Tensor) or t.dim() != 4:
+            raise ValueError("q, k, v and the caches must be 4-d tensors, got "
+                             f"{tuple(getattr(t, 'shape', ())) or type(t).__name__}")
+    (B, _, S, D), HK, L, Dv = q.shape, k.shape[1], k_cache.shape[2], v.shape[3]
+    if tuple(k.shape) != (B, HK, S, D) or tuple(v.shape[:3]) != (B, HK, S):
+        raise ValueError(f"k and v must be (batch, kv_heads, seq, .) matching q {tuple(q.shape)}: "
+                         f"got k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if tuple(k_cache.shape) != (B, HK, L, D) or tuple(v_cache.shape) != (B, HK, L, Dv):
+        raise ValueError("the caches must be (batch, kv_heads, max_len, .) matching k and v: got "
+                         f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    if not (q.is_floating_point() and len({t.dtype for t in (q, k, v, k_cache, v_cache)}) == 1):
+        raise TypeError("q, k, v and the caches must share one floating dtype, got "
+                        + ", ".join(str(t.dtype) for t in (q, k, v, k_cache, v_cache)))
+    if k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
+        raise ValueError("the caches need a contiguous last dimension")
+    check_disjoint(k_cache, v_cache, ('k_cache', 'v_cache'))   # each is written in place
+    if not (isinstance(cos, Tensor) and isinstance(sin, Tensor)) or cos.shape != sin.shape:
+        raise ValueError(f"sin must have the shape of cos {tuple(getattr(cos, 'shape', ()))}")
+    if not (cos.dim() == 2 or (cos.dim() == 3 and positions is None
+                               and cos.shape[0] in (1, B) and cos.shape[1] == S)):
+        raise ValueError("cos must be a (table_len, r/2) table, or (batch, seq, r/2) rows "
+                         f"without positions, got {tuple(cos.shape)}")
+    if 2 * cos.shape[-1] > D:
+        raise ValueError(f"cos has {cos.shape[-1]} columns: rotary_dim {2 * cos.shape[-1]} "
+                         f"> head_dim {D}")
+    if positions is not None:
+        if not isinstance(positions, Tensor) or positions.is_floating_point():
+            raise TypeError("positions must be an integer tensor")
+        if tuple(positions.shape) not in ((S,), (1, S), (B, S)):
+            raise ValueError(f"positions must be (seq,) or (batch, seq) = ({S},) or ({B}, {S}), "
+                             f"got {tuple(positions.shape)}")
+    for name, t in (('positions', positions), ('offset', offset)):
+        if isinstance(t, Tensor) and t.device.type == 'meta' and q.device.type != 'meta':
+            raise ValueError(f"{name} is on the meta device, which holds no values: "
+                             f"give it on {q.device}")
+    if isinstance(offset, Tensor):
+        if offset.is_floating_point() or offset.dtype == torch.bool or offset.numel() != B:
+            raise ValueError(f"offset must be an int or an integer tensor (batch,) = ({B},)")
+        offsets, shift, first = offset, 0, offset.reshape(B).to('cpu', torch.long)  # a host read
+    else:                             # an int: the same checks in plain Python, no tensors
+        offsets, shift = None, operator.index(offset)
+        if shift < 0 or shift + S > L:
+            raise IndexError(f"offset {shift} of batch row 0: slots {shift}..{shift + S - 1} are "
+                             f"outside the cache of max_len {L}")
+        if cos.dim() == 3: return offsets, shift
+        if positions is None:
+            if shift + S > cos.shape[0]:
+                raise IndexError(f"position {max(shift, cos.shape[0])} (after offsets) is outside "
+                                 f"the cos/sin table of {cos.shape[0]} rows")
+            return offsets, shift
+        first = torch.full((B,), shift, dtype=torch.long)
+    bad = ((first < 0) | (first > L - S)).nonzero()     # first + S could overflow int64
+    if len(bad):
+        b, f = int(bad[0, 0]), int(first[bad[0, 0]])
+        raise IndexError(f"offset {f} of batch row {b}: slots {f}..{f + S - 1} are outside the "
+                         f"cache of max_len {L}")
+    if cos.dim() == 2:
+        rows = (positions.to('cpu').reshape(-1, S) if positions is not None
+                else first[:, None] + torch.arange(S))
+        bad = ((rows < 0) | (rows >= cos.shape[0])).flatten().nonzero()
+        if len(bad):
+            raise IndexError(f"position {int(rows.flatten()[bad[0, 0]])} (after offsets) is "
+                             f"outside the cos/sin table of {cos.shape[0]} rows")
+    return offsets, shift
