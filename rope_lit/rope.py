@@ -456,12 +456,14 @@ def _as_bhsd(self:RotaryEmbedding, x, name):
     return x.permute(*_TO_BHSD[self.seq_dim])
 
 @patch
-def _backend_fn(self:RotaryEmbedding, device_type:str):
-    "The backend for `device_type`, resolved once and cached"
+def backend_for(self:RotaryEmbedding, device_type:str):
+    "The `rotary_qk`-contract function this module uses on `device_type` (resolved once, then cached)"
     if torch.compiler.is_compiling(): return resolve_backend(self.backend, device_type)  # no guard on the dict
     fn = self._backends.get(device_type)
     if fn is None: fn = self._backends[device_type] = resolve_backend(self.backend, device_type)
     return fn
+
+RotaryEmbedding._backend_fn = RotaryEmbedding.backend_for   # its former name, still read by the translation model
 
 @patch
 def _qk_as_bhsd(self:RotaryEmbedding, q, k):
@@ -491,7 +493,7 @@ def forward(self:RotaryEmbedding,
     where = (qb.shape[2], positions, offset, qb.shape[0], q.device, q.dtype)
     if self.pair_streams is None and grid is None: cos, sin = self.cos_sin(*where)
     else: cos, sin = self.stream_cos_sin(*where, grid=grid)  # M-RoPE or 2-D: positions per stream
-    qr, kr = self._backend_fn(q.device.type)(qb, kb, cos, sin, interleaved=self.interleaved)
+    qr, kr = self.backend_for(q.device.type)(qb, kb, cos, sin, interleaved=self.interleaved)
     back = _FROM_BHSD[self.seq_dim]
     return qr.permute(*back), kr.permute(*back)
 
@@ -512,7 +514,7 @@ def _forward_cached(self:RotaryEmbedding, q:Tensor, k:Tensor, offset:int)->tuple
         seq, batch = qb.shape[2], qb.shape[0]
         self.cos_sin(seq, None, offset, batch, q.device, q.dtype)  # device (and offset) checks
         if len(self._plans) >= 256: self._plans.clear()   # bounded: many prefill lengths
-        rotate = self._backend_fn(q.device.type)   # resolved once per kind of call too
+        rotate = self.backend_for(q.device.type)   # resolved once per kind of call too
         direct = _direct_kernel(rotate, self.interleaved)
         plan = self._plans[key] = (seq, batch, q.dtype == torch.float64, rotate, direct)
     seq, batch, wide, rotate, direct = plan
@@ -749,5 +751,5 @@ def varlen(self:RotaryEmbedding,
     qb, kb = q.transpose(0, 1)[None], k.transpose(0, 1)[None]   # (1, heads, total, d) views, any seq_dim
     positions = varlen_positions(cu_seqlens, q.shape[0], offsets)
     cos, sin = self.cos_sin(q.shape[0], positions[None], 0, 1, q.device, q.dtype)
-    qr, kr = self._backend_fn(q.device.type)(qb, kb, cos, sin, interleaved=self.interleaved)
+    qr, kr = self.backend_for(q.device.type)(qb, kb, cos, sin, interleaved=self.interleaved)
     return qr[0].transpose(0, 1), kr[0].transpose(0, 1)
