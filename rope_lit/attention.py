@@ -90,7 +90,7 @@ def append_rotated(self:KVCache,
     if cos.ndim == 2: cos, sin = cos[None], sin[None]     # (1, new, r/2): rows of the new tokens
     need = self._reserve(k, v)
     q = rotary_append(q, k, v, self._k, self._v, cos, sin, self.length,
-                      interleaved=rotary.interleaved, backend=rotary._backend_fn(q.device.type))
+                      interleaved=rotary.interleaved, backend=rotary.backend_for(q.device.type))
     self.length = need
     return q, self.keys, self.values
 

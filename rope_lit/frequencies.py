@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 import torch
 from torch import Tensor
+from .scaling import (linear_frequencies, ntk_frequencies, dynamic_ntk_frequencies,
+                              yarn_frequencies, llama3_frequencies)
 
 # %% auto #0
 __all__ = ['ROPE_SCALINGS', 'rope_frequencies', 'relative_angles', 'rope_decay_bound', 'rope_cos_sum', 'hexu_frequencies',
@@ -16,7 +18,9 @@ __all__ = ['ROPE_SCALINGS', 'rope_frequencies', 'relative_angles', 'rope_decay_b
 
 # %% ../nbs/01_requirements.ipynb #72ce7660
 # name -> function(inv_freq: float64 (dim//2,), *, max_seq_len, **options) -> float64 (dim//2,)
-ROPE_SCALINGS = {}
+ROPE_SCALINGS = {'linear': linear_frequencies, 'ntk': ntk_frequencies,
+                 'dynamic_ntk': dynamic_ntk_frequencies, 'yarn': yarn_frequencies,
+                 'llama3': llama3_frequencies}
 
 # %% ../nbs/01_requirements.ipynb #74f2fa6b
 def rope_frequencies(
@@ -37,8 +41,6 @@ def rope_frequencies(
         raise ValueError(f"base must be a finite number > 1, got {base!r}")
     exponents = torch.arange(0, dim, 2, dtype=torch.float64) / dim
     inv_freq = float(base) ** -exponents
-    if isinstance(scaling, str) and scaling not in ROPE_SCALINGS:
-        import rope_lit.scaling  # the scaling page's variants register themselves on import
     if scaling is None:
         if scaling_options:
             raise TypeError(f"options {sorted(scaling_options)} need a scaling, got scaling=None")

@@ -1,4 +1,4 @@
-"""`apply_rotary`, the eager `rotary_qk` backend, `RotaryEmbedding` with its cos/sin cache, the reference implementations from the sources, and the tests that hold them to the derivation's ground truth
+"""`RotaryEmbedding`, the module with its cos/sin cache and a choice of backend, the reference implementations from the sources, and the tests that hold them to the derivation's ground truth
 
 Docs: https://rope-lit.github.io/rope_lit/rope.html.md"""
 
@@ -11,85 +11,18 @@ import torch
 from torch import nn, Tensor
 from fastcore.basics import patch
 from .frequencies import rope_frequencies
+from .rotation import (rotate_complex, complex_viewable, apply_rotary, rotary_cos_sin, apply_rotary_,
+                               check_table_rows, rotary_qk, check_disjoint)
+# the plain functions are on the rotation page; `rope_lit.rope` offers them too
+_all_ = ['rotate_complex', 'complex_viewable', 'apply_rotary', 'rotary_cos_sin', 'apply_rotary_',
+         'check_table_rows', 'rotary_qk', 'check_disjoint']
 
 # %% auto #0
-__all__ = ['GROW_LIMIT', 'MAX_POSITION', 'rotate_complex', 'complex_viewable', 'apply_rotary', 'rotary_cos_sin',
-           'rotary_matrix_dense', 'apply_rotary_dense', 'apply_rotary_complex', 'LabmlRotaryPositionalEmbeddings',
-           'course_sinusoid', 'course_apply_rotary_emb', 'apply_rotary_', 'check_table_rows', 'rotary_qk',
-           'check_disjoint', 'resolve_backend', 'RotaryEmbedding', 'frequency_pair_streams', 'grid_positions',
-           'varlen_positions']
-
-# %% ../nbs/02_rope.ipynb #5d0a4546
-def _check_rotary_inputs(x, cos, sin, name='x'):
-    "Raise `TypeError`/`ValueError` unless `x`, `cos`, `sin` fit `apply_rotary`'s contract; return `rotary_dim`"
-    for n, t in ((name, x), ('cos', cos), ('sin', sin)):
-        if not isinstance(t, Tensor): raise TypeError(f"{n} must be a torch.Tensor, got {type(t).__name__}")
-        if not t.is_floating_point(): raise TypeError(f"{n} must be a floating-point tensor, got dtype {t.dtype}")
-    if x.ndim < 2: raise ValueError(f"{name} must have shape (..., seq, head_dim), got {tuple(x.shape)}")
-    if cos.shape != sin.shape: raise ValueError(f"cos and sin must have the same shape, got {tuple(cos.shape)} and {tuple(sin.shape)}")
-    if cos.ndim < 2 or cos.shape[-1] == 0:
-        raise ValueError(f"cos must have shape (seq, rotary_dim//2) or broadcastable (..., seq, rotary_dim//2), got {tuple(cos.shape)}")
-    rotary_dim, head_dim = 2*cos.shape[-1], x.shape[-1]
-    if rotary_dim > head_dim:
-        raise ValueError(f"rotary_dim = 2*cos.shape[-1] = {rotary_dim} must be <= head_dim = {name}.shape[-1] = {head_dim}")
-    if cos.shape[-2] != x.shape[-2]:
-        raise ValueError(f"cos/sin hold {cos.shape[-2]} positions but {name} has seq length {x.shape[-2]} (dim -2)")
-    lead, c = tuple(x.shape[:-1]), tuple(cos.shape[:-1])   # cos must broadcast to x's leading dims without growing them
-    ok = len(c) <= len(lead) and all(a == 1 or a == b for a, b in zip(reversed(c), reversed(lead)))
-    if not ok: raise ValueError(f"cos/sin of shape {tuple(cos.shape)} must broadcast to {name}'s {lead + (rotary_dim//2,)} without expanding it")
-    return rotary_dim
-
-# %% ../nbs/02_rope.ipynb #f688ec94
-def _rotate_real(x, cos, sin, interleaved, rotary_dim):
-    "The rotation in real arithmetic: one multiply by (c, c, 1) and two fused multiply-adds"
-    half, head_dim = rotary_dim//2, x.shape[-1]
-    c = cos.repeat_interleave(2, dim=-1) if interleaved else torch.cat([cos, cos], dim=-1)
-    if rotary_dim < head_dim:                                   # (c, c, 1): pass-through features
-        c = torch.cat([c, c.new_ones(c.shape[:-1] + (head_dim - rotary_dim,))], dim=-1)
-    out = x * c
-    if interleaved: first, second = slice(0, rotary_dim, 2), slice(1, rotary_dim, 2)
-    else:           first, second = slice(0, half), slice(half, rotary_dim)
-    out[..., first].addcmul_(x[..., second], sin, value=-1)     # x₁c - x₂s
-    out[..., second].addcmul_(x[..., first], sin)               # x₂c + x₁s
-    return out
-
-# %% ../nbs/02_rope.ipynb #cd32bc3a
-def rotate_complex(x, w):
-    "Adjacent feature pairs of `x` (float32/64, complex-viewable) times `w` = e^{iθ}: one multiply"
-    return torch.view_as_real(torch.view_as_complex(x.unflatten(-1, (-1, 2))) * w).flatten(-2)
-
-# %% ../nbs/02_rope.ipynb #5250ba96
-def complex_viewable(x:Tensor)->bool:
-    "Whether `view_as_complex` can pair adjacent features of `x` in place"
-    return x.stride(-1) == 1 and x.storage_offset() % 2 == 0 and all(s % 2 == 0 for s in x.stride()[:-1])
-
-# %% ../nbs/02_rope.ipynb #f815167d
-def apply_rotary(
-    x:Tensor,          # (..., seq, head_dim) queries or keys, any strides
-    cos:Tensor,        # (seq, rotary_dim//2) cos(mθ_i), or broadcastable, e.g. (batch, 1, seq, r/2)
-    sin:Tensor,        # sin(mθ_i), same shape as `cos`
-    interleaved=False, # pair features (2i, 2i+1) instead of (i, i + rotary_dim/2)
-)->Tensor:             # `x` with its first `rotary_dim` features rotated, same shape and dtype
-    "Rotate the feature pairs of `x` by the angles whose cos/sin are given; the rest pass through"
-    rotary_dim = _check_rotary_inputs(x, cos, sin)
-    xc = x if x.dtype in (torch.float32, torch.float64) else x.float()
-    cos, sin = cos.to(xc.dtype), sin.to(xc.dtype)
-    if (interleaved and rotary_dim == x.shape[-1] and not torch.compiler.is_compiling()
-            and complex_viewable(xc)):
-        out = rotate_complex(xc, torch.complex(cos, sin))
-    else: out = _rotate_real(xc, cos, sin, interleaved, rotary_dim)
-    return out.to(x.dtype)
-
-# %% ../nbs/02_rope.ipynb #f144c7db
-def rotary_cos_sin(
-    positions:Tensor,    # (...) integer positions (any int dtype; float64 is exact for |m| < 2**53)
-    inv_freq:Tensor,     # (rotary_dim//2,) θ_i, ideally float64
-    dtype=torch.float32, # dtype of the returned tables
-)->tuple[Tensor, Tensor]: # cos, sin of shape (..., rotary_dim//2)
-    "cos(mθ_i) and sin(mθ_i), with the angles formed in float64 and rounded once to `dtype`"
-    work = torch.float64 if positions.device.type != 'mps' else torch.float32  # MPS has no float64
-    angles = positions.to(work)[..., None] * inv_freq.to(device=positions.device, dtype=work)
-    return angles.cos().to(dtype), angles.sin().to(dtype)
+__all__ = ['GROW_LIMIT', 'MAX_POSITION', 'rotary_matrix_dense', 'apply_rotary_dense', 'apply_rotary_complex',
+           'LabmlRotaryPositionalEmbeddings', 'course_sinusoid', 'course_apply_rotary_emb', 'resolve_backend',
+           'RotaryEmbedding', 'frequency_pair_streams', 'grid_positions', 'varlen_positions', 'rotate_complex',
+           'complex_viewable', 'apply_rotary', 'rotary_cos_sin', 'apply_rotary_', 'check_table_rows', 'rotary_qk',
+           'check_disjoint']
 
 # %% ../nbs/02_rope.ipynb #ff640001
 def rotary_matrix_dense(
@@ -182,110 +115,6 @@ def course_apply_rotary_emb(tensor1:Tensor, d_k:int)->Tensor:
     sin = course_sinusoid(tensor1.shape[-2], d_k, torch.sin).to(tensor1.device)
     cos = course_sinusoid(tensor1.shape[-2], d_k, torch.cos).to(tensor1.device)
     return tensor1 * cos + tensor2 * sin
-
-# %% ../nbs/02_rope.ipynb #628326e6
-def apply_rotary_(x:Tensor, cos:Tensor, sin:Tensor, interleaved=False)->Tensor:
-    "In-place `apply_rotary`: rotates `x` itself and returns it (no autograd through it)"
-    rotary_dim = _check_rotary_inputs(x, cos, sin)
-    if x.dtype not in (torch.float32, torch.float64):
-        return x.copy_(apply_rotary(x, cos, sin, interleaved))
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    if (interleaved and rotary_dim == x.shape[-1] and not torch.compiler.is_compiling()
-            and complex_viewable(x)):
-        torch.view_as_complex(x.unflatten(-1, (rotary_dim//2, 2))).mul_(torch.complex(cos, sin))
-        return x
-    half = rotary_dim//2
-    if interleaved: first, second = slice(0, rotary_dim, 2), slice(1, rotary_dim, 2)
-    else:           first, second = slice(0, half), slice(half, rotary_dim)
-    x1, x2 = x[..., first], x[..., second]
-    saved = x1.clone()
-    x1.mul_(cos).addcmul_(x2, sin, value=-1)
-    x2.mul_(cos).addcmul_(saved, sin)
-    return x
-
-# %% ../nbs/02_rope.ipynb #7b99655f
-def check_table_rows(
-    positions:Tensor,       # integer rows into a cos/sin table
-    n_rows:int,             # the table's length
-    device=None,            # where the table is: positions on the meta device hold no rows to check
-):
-    "Raise a one-line error unless every position is a row of the table (never wrap around like Python indices)"
-    if not isinstance(positions, Tensor) or positions.is_floating_point() or positions.is_complex() \
-            or positions.dtype == torch.bool:
-        raise TypeError(f"positions must be an integer tensor, got "
-                        f"{getattr(positions, 'dtype', type(positions).__name__)}")
-    if positions.device.type == 'meta' and device is not None and torch.device(device).type != 'meta':
-        raise ValueError("positions is on the meta device, which holds no values: "
-                         f"give it on {torch.device(device).type}")
-    if positions.numel() == 0 or torch.compiler.is_compiling() or positions.device.type == 'meta': return
-    lo, hi = torch.aminmax(positions)
-    lo, hi = int(lo), int(hi)                                   # one read of two numbers
-    if lo < 0 or hi >= n_rows:
-        raise IndexError(f"positions must be rows of the cos/sin table, in [0, {n_rows}): got {lo if lo < 0 else hi}")
-
-def rotary_qk(
-    q:Tensor,             # (batch, heads_q, seq, head_dim)
-    k:Tensor,             # (batch, heads_k, seq, head_dim)
-    cos:Tensor,           # float32 rows (seq, r/2) or (batch, seq, r/2); a table if `positions`
-    sin:Tensor,           # same shape as `cos`
-    positions:Tensor|None=None, # None, or integer (seq,) / (batch, seq) rows of the tables to use
-    interleaved=False,    # pair (2i, 2i+1) instead of (i, i + r/2)
-    inplace=False,        # write the results into `q` and `k`
-)->tuple[Tensor, Tensor]: # rotated (q, k)
-    "The eager backend: rotate `q` and `k` at the same positions"
-    for n, t in (('q', q), ('k', k)):
-        if not isinstance(t, Tensor) or t.ndim != 4:
-            raise ValueError(f"{n} must be a 4-D tensor (batch, heads, seq, head_dim)")
-    if positions is not None:
-        check_table_rows(positions, cos.shape[-2], cos.device)
-        cos, sin = cos[positions], sin[positions]
-    if cos.ndim == 3: cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (batch, 1, seq, r/2)
-    if inplace: check_disjoint(q, k)          # else shared memory would be rotated twice
-    rotate = apply_rotary_ if inplace else apply_rotary
-    return rotate(q, cos, sin, interleaved), rotate(k, cos, sin, interleaved)
-
-# %% ../nbs/02_rope.ipynb #130db663
-def _reaches(delta:int, dims:list)->bool|None:
-    "Whether delta = Σ c·s over `dims` (stride s, steps lo..hi); None: too many ways to tell"
-    if not dims: return delta == 0
-    (s, lo, hi), rest = dims[0], dims[1:]
-    cap = sum(t * max(-l, h) for t, l, h in rest)               # what the smaller strides can still add
-    first, last = max(lo, -((cap - delta) // s)), min(hi, (delta + cap) // s)
-    if last - first > 2: return None
-    answers = [_reaches(delta - c * s, rest) for c in range(first, last + 1)]
-    return True if True in answers else (None if None in answers else False)
-
-def check_disjoint(
-    q:Tensor,   # written in place
-    k:Tensor,   # written in place too
-    names=('q', 'k'), # what to call them in the message
-):
-    "Raise a one-line ValueError if `q` and `k` share a memory element (it would be rotated twice)"
-    if q.numel() == 0 or k.numel() == 0 or q.device != k.device or q.device.type == 'meta': return
-    if torch.compiler.is_compiling(): return                         # traced: no addresses to compare
-    if q.untyped_storage().data_ptr() != k.untyped_storage().data_ptr(): return
-    size = q.element_size()
-    last = lambda t: sum((n - 1) * s for n, s in zip(t.shape, t.stride()))   # the last element
-    span = lambda t: (t.data_ptr(), t.data_ptr() + size * (last(t) + 1))
-    (a0, a1), (b0, b1) = span(q), span(k)
-    if a1 <= b0 or b1 <= a0: return                                  # address ranges apart
-    message = (f"{names[0]} and {names[1]} share memory, so writing both in place would write the "
-               f"shared elements twice: pass {names[0]} and {names[1]} that do not overlap"
-               + (" (or inplace=False)" if names == ('q', 'k') else ""))
-    if k.element_size() != size or (a0 - b0) % size: raise ValueError(message)
-    kept = lambda t: [(s, n) for n, s in zip(t.shape, t.stride()) if n > 1]
-    qs, ks = kept(q), kept(k)
-    answer = None
-    if [s for s, _ in qs] == [s for s, _ in ks] and all(s != 0 for s, _ in qs):
-        dims = sorted(((abs(s), -(m - 1), n - 1) for (s, n), (_, m) in zip(qs, ks)), reverse=True)
-        answer = _reaches((b0 - a0) // size, dims)                   # q's element + δ = k's element
-    if answer is None and q.numel() + k.numel() <= 1 << 24:          # element by element
-        def addresses(t, t0):
-            at = torch.zeros((), dtype=torch.long)
-            for s, n in kept(t): at = at[..., None] + torch.arange(n) * s
-            return at.flatten() + (t0 - a0) // size
-        answer = bool(torch.isin(addresses(q, a0), addresses(k, b0)).any())
-    if answer is not False: raise ValueError(message)
 
 # %% ../nbs/02_rope.ipynb #9f647438
 def resolve_backend(
@@ -627,12 +456,14 @@ def _as_bhsd(self:RotaryEmbedding, x, name):
     return x.permute(*_TO_BHSD[self.seq_dim])
 
 @patch
-def _backend_fn(self:RotaryEmbedding, device_type:str):
-    "The backend for `device_type`, resolved once and cached"
+def backend_for(self:RotaryEmbedding, device_type:str):
+    "The `rotary_qk`-contract function this module uses on `device_type` (resolved once, then cached)"
     if torch.compiler.is_compiling(): return resolve_backend(self.backend, device_type)  # no guard on the dict
     fn = self._backends.get(device_type)
     if fn is None: fn = self._backends[device_type] = resolve_backend(self.backend, device_type)
     return fn
+
+RotaryEmbedding._backend_fn = RotaryEmbedding.backend_for   # its former name, still read by the translation model
 
 @patch
 def _qk_as_bhsd(self:RotaryEmbedding, q, k):
@@ -662,7 +493,7 @@ def forward(self:RotaryEmbedding,
     where = (qb.shape[2], positions, offset, qb.shape[0], q.device, q.dtype)
     if self.pair_streams is None and grid is None: cos, sin = self.cos_sin(*where)
     else: cos, sin = self.stream_cos_sin(*where, grid=grid)  # M-RoPE or 2-D: positions per stream
-    qr, kr = self._backend_fn(q.device.type)(qb, kb, cos, sin, interleaved=self.interleaved)
+    qr, kr = self.backend_for(q.device.type)(qb, kb, cos, sin, interleaved=self.interleaved)
     back = _FROM_BHSD[self.seq_dim]
     return qr.permute(*back), kr.permute(*back)
 
@@ -683,7 +514,7 @@ def _forward_cached(self:RotaryEmbedding, q:Tensor, k:Tensor, offset:int)->tuple
         seq, batch = qb.shape[2], qb.shape[0]
         self.cos_sin(seq, None, offset, batch, q.device, q.dtype)  # device (and offset) checks
         if len(self._plans) >= 256: self._plans.clear()   # bounded: many prefill lengths
-        rotate = self._backend_fn(q.device.type)   # resolved once per kind of call too
+        rotate = self.backend_for(q.device.type)   # resolved once per kind of call too
         direct = _direct_kernel(rotate, self.interleaved)
         plan = self._plans[key] = (seq, batch, q.dtype == torch.float64, rotate, direct)
     seq, batch, wide, rotate, direct = plan
@@ -920,5 +751,5 @@ def varlen(self:RotaryEmbedding,
     qb, kb = q.transpose(0, 1)[None], k.transpose(0, 1)[None]   # (1, heads, total, d) views, any seq_dim
     positions = varlen_positions(cu_seqlens, q.shape[0], offsets)
     cos, sin = self.cos_sin(q.shape[0], positions[None], 0, 1, q.device, q.dtype)
-    qr, kr = self._backend_fn(q.device.type)(qb, kb, cos, sin, interleaved=self.interleaved)
+    qr, kr = self.backend_for(q.device.type)(qb, kb, cos, sin, interleaved=self.interleaved)
     return qr[0].transpose(0, 1), kr[0].transpose(0, 1)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import torch
 from torch import Tensor
-from .frequencies import ROPE_SCALINGS
 
 # %% auto #0
 __all__ = ['linear_frequencies', 'ntk_frequencies', 'dynamic_ntk_frequencies', 'yarn_attention_factor', 'yarn_frequencies',
@@ -47,8 +46,6 @@ def linear_frequencies(
     s, _ = _scale_and_original(max_seq_len, factor, original_max_seq_len, 'linear')
     return inv_freq / s
 
-ROPE_SCALINGS['linear'] = linear_frequencies
-
 # %% ../nbs/05_scaling.ipynb #6a2b9d2d
 def ntk_frequencies(
     inv_freq:Tensor,               # (d//2,) float64 RoFormer frequencies
@@ -62,8 +59,6 @@ def ntk_frequencies(
     half = len(inv_freq)
     if half < 2: return inv_freq / s  # d = 2: the only pair is the slowest one
     return inv_freq * s ** (-torch.arange(half, dtype=torch.float64) / (half - 1))
-
-ROPE_SCALINGS['ntk'] = ntk_frequencies
 
 # %% ../nbs/05_scaling.ipynb #718c88ac
 def dynamic_ntk_frequencies(
@@ -82,8 +77,6 @@ def dynamic_ntk_frequencies(
     length = max_seq_len if seq_len is None else seq_len
     if length is None or length <= L0: return inv_freq.clone()
     return ntk_frequencies(inv_freq, factor=max(1.0, s * length / L0 - (s - 1)))
-
-ROPE_SCALINGS['dynamic_ntk'] = dynamic_ntk_frequencies
 
 # %% ../nbs/05_scaling.ipynb #65937383
 def yarn_attention_factor(
@@ -136,8 +129,6 @@ def yarn_frequencies(
     interpolated = _yarn_ramp(inv_freq, L0, beta_fast, beta_slow, ramp, truncate)  # 1 - γ_i
     return interpolated * inv_freq / s + (1 - interpolated) * inv_freq
 
-ROPE_SCALINGS['yarn'] = yarn_frequencies
-
 # %% ../nbs/05_scaling.ipynb #752dae71
 def llama3_frequencies(
     inv_freq:Tensor,               # (d//2,) float64 RoFormer frequencies
@@ -157,5 +148,3 @@ def llama3_frequencies(
     wavelen = 2 * math.pi / inv_freq
     smooth = ((L0 / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)).clamp(0, 1)
     return (1 - smooth) * inv_freq / s + smooth * inv_freq
-
-ROPE_SCALINGS['llama3'] = llama3_frequencies

@@ -73,7 +73,7 @@ def main():
     if checkout.exists(): shutil.rmtree(checkout)
     checkout.mkdir(parents=True)
     tracked = copy_checkout(checkout)
-    from rope_lit.kernels import native_cache_dir
+    from rope_lit.cpp_build import native_cache_dir
     cache = str(native_cache_dir())          # before the environment changes: the builds already made
     missing = work / 'no-data'
     os.environ.update(PYTHONPATH=str(checkout), IN_TEST='1', CUDA_VISIBLE_DEVICES='', ROPE_LIT_CACHE=cache,
