@@ -463,7 +463,6 @@ def backend_for(self:RotaryEmbedding, device_type:str):
     if fn is None: fn = self._backends[device_type] = resolve_backend(self.backend, device_type)
     return fn
 
-RotaryEmbedding._backend_fn = RotaryEmbedding.backend_for   # its former name, still read by the translation model
 
 @patch
 def _qk_as_bhsd(self:RotaryEmbedding, q, k):

@@ -15,7 +15,7 @@ import argparse, datetime, json, os, platform, random, statistics, subprocess, s
 
 SIZES = {'small': dict(N=3, d_model=256, d_ff=1024, h=4), 'base': dict(N=6, d_model=512, d_ff=2048, h=8)}
 TINY = {'small': dict(N=1, d_model=32, d_ff=64, h=2)}
-TRAIN = ('plain', 'wing', 'wing-dropout', 'wing-attention', 'wing-loss')
+TRAIN = ('plain', 'wing', 'wing-dropout', 'wing-attention')
 DECODE = ('plain', 'python-step', 'cpp-step', 'wing')
 VOCAB, BATCH, SRC, TGT, OUT_LEN = 8000, 32, 20, 20, 72
 STEPS = {'small': 3, 'base': 2}   # optimizer steps per training timing
@@ -133,7 +133,7 @@ def main():
     gain = lambda slow, fast: med([a / b for a, b in zip(times[slow], times[fast])]) - 1
     pieces = []
     for s in sizes:
-        for piece in ('dropout', 'attention', 'loss'):
+        for piece in ('dropout', 'attention'):
             pieces.append(dict(piece=piece, step='training step', size=s, without_s=med(times['now', 'train', s, f'wing-{piece}']),
                                with_s=med(times['now', 'train', s, 'wing']),
                                gain=gain(('now', 'train', s, f'wing-{piece}'), ('now', 'train', s, 'wing'))))
