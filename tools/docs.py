@@ -465,6 +465,21 @@ def export_faults(raw):
         return [f'all {hidden} exported cells are hidden (`#| export`): show the code the page explains with `#| exports`']
     return []
 
+def ending_faults(raw):
+    "A page whose last visible cell is shown code (a test or an example) rather than prose or a result"
+    for c in reversed(raw['cells']):
+        src = _text(c.get('source', ''))
+        if c['cell_type'] == 'markdown':
+            if src.strip(): return []
+            continue
+        if c['cell_type'] != 'code': continue
+        if re.search(r'(?m)^#\|\s*(hide|export|exporti)\s*$', src): continue      # nothing of it is shown
+        if re.search(r'(?m)^#\|\s*echo:\s*false\s*$', src):
+            if c.get('outputs'): return []                                     # ends on a table or figure
+            continue
+        return ['page ends on code: close it with prose (what the page showed, where to read next)']
+    return []
+
 _re_show_doc = re.compile(r'^show_doc\(\s*([\w.]+)', re.M)
 
 def defined_names(code):
@@ -681,7 +696,8 @@ def render_pages(files, out, jobs):
             if out_file: pg['html'] = out/out_file
             pg.update(title=page.title, md=page.md)
             pg['problems'] += [f'Python traceback in an output ({t})' for t in page.tracebacks]
-            pg['problems'] += reader_faults(nb) + export_faults(json.loads(f.read_text(encoding='utf-8'))) + twice_faults(nb)
+            raw = json.loads(f.read_text(encoding='utf-8'))
+            pg['problems'] += reader_faults(nb) + export_faults(raw) + ending_faults(raw) + twice_faults(nb)
             for rel, b in page.files.items():
                 (out/rel).parent.mkdir(parents=True, exist_ok=True); (out/rel).write_bytes(b)
         pages.append(pg)
@@ -865,7 +881,8 @@ def cmd_selftest(args):
                     ('code', 'plot()', [dict(output_type='display_data', metadata={}, data={'image/png': _png(), 'text/plain': '<Figure>'})]),
                     ('code', 'table()', [dict(output_type='execute_result', execution_count=None, metadata={}, data={'text/html': tab, 'text/plain': 'table'})]),
                     ('code', 'sympy_expr', [dict(output_type='execute_result', execution_count=None, metadata={}, data={'text/latex': '$\\displaystyle \\frac{a}{b}$', 'text/plain': 'a/b'})]),
-                    ('code', 'print("$$ in code output is fine")', [dict(output_type='stream', name='stdout', text='$$ \\frac{1}{2} in a printed string is fine\n')])),
+                    ('code', 'print("$$ in code output is fine")', [dict(output_type='stream', name='stdout', text='$$ \\frac{1}{2} in a printed string is fine\n')]),
+                    ('markdown', 'The page ends on prose, as every page should.')),
         'raw_math_html': _nb(('markdown', '# Raw math in HTML\n\n> summary'), ('markdown', 'Some text to make the page non-empty.'),
                              ('code', 'df', [dict(output_type='execute_result', execution_count=None, metadata={}, data={'text/html': '<p>the score is $$x$$</p>', 'text/plain': 'x'})])),
         'raw_math_spaces': _nb(('markdown', '# Spaced dollars\n\n> summary'), ('markdown', 'Pandoc does not see math in $ \\theta_i $ with spaces.')),
@@ -912,6 +929,7 @@ def cmd_selftest(args):
                            ('code', '#| eval: false\nshow_doc(half)', [dict(output_type='display_data', metadata={}, data={
                                'text/markdown': '---\n\n### half\n\n```python\ndef half(x:int)->float:\n```\n\n*Half of `x`*',
                                'text/plain': 'half'})])),
+        'ends_on_code': _nb(('markdown', '# Ends on code\n\n> summary'), para, ('code', 'assert double(2) == 4')),
         'broken_link': _nb(('markdown', '# Broken link\n\n> summary'),
                            ('markdown', 'See [the good page](00_good.ipynb#no-such-section), [a good one](00_good.ipynb) '
                                         'and [the results](results/missing.csv).')),
@@ -926,6 +944,7 @@ def cmd_selftest(args):
               'wide_code': 'block wider than the column', 'wide_table': 'table wider than the column',
               'wide_math': 'equation wider than the column', 'inline_list': 'list rendered inline',
               'broken_link': ('no such anchor', 'no such file'), 'shown_twice': 'function shown twice',
+              'ends_on_code': 'page ends on code',
               'site_link': 'good.html#helper (no such anchor)'}
     with tempfile.TemporaryDirectory() as d:
         d = Path(d); nbs = d/'nbs'; nbs.mkdir()
