@@ -482,17 +482,10 @@ def ending_faults(raw):
 
 _re_show_doc = re.compile(r'^show_doc\(\s*([\w.]+)', re.M)
 
-def defined_names(code):
-    "Functions and classes `code` defines at its top level, named as `show_doc` names them (`C.f` for a `@patch`ed method)"
-    import ast
-    from nbdev.showdoc import showdoc_nm
-    try: tree = ast.parse(code)
-    except SyntaxError: return set()
-    return {showdoc_nm(o) for o in tree.body if isinstance(o, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-
 def twice_faults(nb):
     """A function shown twice on processed page `nb`: a `show_doc` block with its signature, and its source in a visible
     cell (`#| exports`, or plain code). The site shows the source once, with a heading (doc_procs in pyproject.toml)."""
+    from rope_lit.pages import defined_names   # the names the site's doc processor looks for, found the same way
     sigs, shown = set(), set()
     for c in nb['cells']:
         if c['cell_type'] != 'code': continue
