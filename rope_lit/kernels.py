@@ -39,7 +39,7 @@ CPU_KERNEL_PATH = _PACKAGE_DIR / 'csrc' / 'rotary_cpu.cpp'
 CPU_KERNEL_SOURCE = CPU_KERNEL_PATH.read_text(encoding='utf-8')   # what the build compiles
 
 # %% ../nbs/04_kernels.ipynb #d0e53710
-_NATIVE_FUNCTIONS = ['rotary_qk', 'rotary_qk_autograd', 'copy_qk_autograd', 'rotary_append']
+_NATIVE_FUNCTIONS = ['rotary_qk_forward', 'rotary_qk_autograd', 'copy_qk_autograd', 'rotary_append']
 # probed once at import: choosing a backend inside a compiled region reads a constant
 _NATIVE_POSSIBLE = native_possible()
 
@@ -106,7 +106,7 @@ def rotary_qk_native(
             qo, ko = ext.rotary_qk_autograd(q, k, cos, sin, positions, offsets, shift,
                                             bool(interleaved))
             return (q.copy_(qo), k.copy_(ko)) if inplace else (qo, ko)
-        qo, ko = ext.rotary_qk(q, k, cos, sin, positions, offsets, shift, bool(interleaved), False,
+        qo, ko = ext.rotary_qk_forward(q, k, cos, sin, positions, offsets, shift, bool(interleaved), False,
                                bool(inplace))
         return qo, ko
     except (TypeError, ValueError):
@@ -121,7 +121,7 @@ def _native_rotary_qk_impl(q:Tensor, k:Tensor, cos:Tensor, sin:Tensor, positions
     if ext is None:                   # not buildable here after all: the compiled path, at -θ if asked
         return rotary_qk_compiled(q, k, cos, -sin if conjugate else sin, positions, interleaved,
                                   False, offsets if offsets is not None else shift)
-    return tuple(ext.rotary_qk(q, k, cos, sin, positions, offsets, shift, interleaved, conjugate, False))
+    return tuple(ext.rotary_qk_forward(q, k, cos, sin, positions, offsets, shift, interleaved, conjugate, False))
 
 def _dense_last(t): return t if t.stride(-1) == 1 or t.size(-1) == 1 else t.contiguous()
 
@@ -157,7 +157,7 @@ def native_qk_direct(
     def rotate(q:Tensor, k:Tensor, cos:Tensor, sin:Tensor)->tuple:
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
             return ext.rotary_qk_autograd(q, k, cos, sin, None, None, 0, inter)
-        return ext.rotary_qk(q, k, cos, sin, None, None, 0, inter, False, False)
+        return ext.rotary_qk_forward(q, k, cos, sin, None, None, 0, inter, False, False)
     return rotate
 
 # %% ../nbs/04_kernels.ipynb #2a95cff2

@@ -405,6 +405,7 @@ READER_WORDS = [
     (re.compile(r'\b(?:commits?|at|since) `?[0-9a-f]{7,40}\b|\bscratch (?:A/B|runs?|scripts?|folders?|files?|notebooks?|copy)\b'
                 r'|\b(?:BUDGET|DEADLINE|OUT_?[AB]?)=|\.\./shared/'),
      'a process note (commit hash, scratch run, budget variable, ../shared path): say what the reader can use'),
+    (re.compile(r'\b(?:PLACEHOLDER|TODO|TBD|FIXME|XXX)\b|\blorem ipsum\b'), 'unfinished text (a placeholder): write it'),
 ]
 # Raw reprs and logs in an output: the output is not for reading.
 DUMPS = [
@@ -895,6 +896,7 @@ def cmd_selftest(args):
     cases.update({
         'reader_words': _nb(('markdown', '# Words\n\n> summary'), ('markdown', 'As issue 6 asked, on this machine, see seed 000.'),
                             ('markdown', 'Timed at commit 3494bf3 in a scratch A/B with `BUDGET=300`.'),
+                            ('markdown', '## Results\n\nPLACEHOLDER'),
                             ('code', 'print(path)', out('/tmp/tmpab12/results.json\n', 'stdout'))),
         'raw_repr': _nb(('markdown', '# Repr\n\n> summary'), para,
                         ('code', 'subprocess.run(cmd)', out("CompletedProcess(args=['rope-lit-lm'], returncode=0)"))),
@@ -931,7 +933,7 @@ def cmd_selftest(args):
     expect = {'00_good': None, 'raw_math_html': 'raw $$', 'raw_math_spaces': 'raw $...$', 'traceback': 'traceback',
               'missing_image': 'image', 'empty': 'empty page', 'bad_katex': 'KaTeX', 'external': 'external request',
               'reader_words': ('internal work item', 'unnamed hardware', 'named by its file', 'absolute local path',
-                               'process note'),
+                               'process note', 'unfinished text'),
               'raw_repr': 'raw Python repr', 'http_log': ('HTTP server log', 'log on stderr'), 'dict_dump': 'dict/list repr',
               'low_dpi': 'below 150 dpi', 'shrunk_figure': 'shown at', 'hidden_exports': 'exported cells are hidden',
               'wide_code': 'block wider than the column', 'wide_table': 'table wider than the column',

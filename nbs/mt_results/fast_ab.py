@@ -6,16 +6,21 @@ Every variant lives in a worker process that builds its models once; the parent 
 time, round-robin in a shuffled order each round, so that every variant sees the same machine. Workers never run at
 the same time. Training: seconds per optimizer step (forward, label-smoothed loss, backward, Adam) on a fixed batch of
 32 sentences of 20 source and 20 target tokens; decoding: seconds to decode one 20-token sentence greedily to exactly
-72 tokens. A piece's gain is the median over rounds of (time without it) / (time with it) - 1, paired round by round.
+72 tokens. Pieces whose effect on the whole step is small are also timed on the step they target: the loss, its
+forward and backward pass from fixed logits of those 32 × 20 target tokens; the embedding's gradient as rows, the
+forward and backward pass of the two lookups (source and target) with E's dense gradient from the output projection
+standing as a fixed tensor; attention's dropout core, forward and backward of one self-attention core with a padding
+mask and dropout 0.1 on the weights. A piece's gain is the median over rounds of (time without it) / (time with it) - 1, paired round by round.
 
 `--before DIR` adds a worker that imports rope_lit from DIR, an earlier checkout (the model with fused sublayers,
 embedding gradient rows and C++ loss rows): its default training step and greedy decoding are timed in the same rounds.
 """
-import argparse, datetime, json, os, platform, random, statistics, subprocess, sys, time
+import argparse, datetime, json, os, platform, random, re, statistics, subprocess, sys, time
 
 SIZES = {'small': dict(N=3, d_model=256, d_ff=1024, h=4), 'base': dict(N=6, d_model=512, d_ff=2048, h=8)}
 TINY = {'small': dict(N=1, d_model=32, d_ff=64, h=2)}
-TRAIN = ('plain', 'wing', 'wing-dropout', 'wing-attention')
+TRAIN = ('plain', 'wing', 'wing-dropout', 'wing-attention', 'wing-loss', 'wing-embedding')
+TARGETS = ('loss', 'embedding', 'attention')   # pieces timed alone too, plain and wing
 DECODE = ('plain', 'python-step', 'cpp-step', 'wing')
 VOCAB, BATCH, SRC, TGT, OUT_LEN = 8000, 32, 20, 20, 72
 STEPS = {'small': 3, 'base': 2}   # optimizer steps per training timing
@@ -33,10 +38,13 @@ def worker(side:str, tiny:bool):
         return (torch.randint(4, vocab, (BATCH, SRC), generator=g), torch.randint(4, vocab, (BATCH, TGT + 1), generator=g))
 
     if side == 'now':
-        from rope_lit.translation.model import Seq2SeqTransformer, greedy_decode
-        from rope_lit.translation.fast import speed_up, decoding_options, PIECES
+        from rope_lit.translation.model import Seq2SeqTransformer, greedy_decode, smoothed_loss
+        from rope_lit.translation.fast import (speed_up, decoding_options, PIECES, fast_smoothed_loss, FastEmbedding,
+                                               FastDropoutAttention)
+        from rope_lit.attention import RotaryMultiHeadAttention
         from rope_lit.translation.train import make_config, make_optimizer, train_step
         from rope_lit.translation.data import BOS, EOS, PAD
+        import torch.nn as nn
 
         def model(size, train):
             torch.manual_seed(0)
@@ -44,6 +52,36 @@ def worker(side:str, tiny:bool):
             return Seq2SeqTransformer(vocab, s['N'], s['d_model'], s['d_ff'], s['h'], 0.1, 'rope', 128).train(train)
 
         def make(kind, size, variant):
+            if kind == 'loss':
+                torch.manual_seed(0)
+                z = (torch.randn(BATCH, TGT, vocab) * 3).requires_grad_()
+                tgt = batch(size)[1][:, 1:]
+                fn = smoothed_loss if variant == 'plain' else fast_smoothed_loss
+                def loss():
+                    z.grad = None
+                    (fn(z, tgt, 0.1) / tgt.numel()).backward()
+                return loss
+            if kind == 'embedding':
+                torch.manual_seed(0)
+                e = (nn.Embedding if variant == 'plain' else FastEmbedding)(vocab, sizes[size]['d_model'], PAD)
+                ids = batch(size)
+                grads = [torch.randn(*i.shape, e.weight.shape[1]) for i in ids] + [torch.randn(e.weight.shape)]
+                def lookups():
+                    e.weight.grad = None
+                    torch.autograd.backward([e(i) for i in ids] + [e.weight.view_as(e.weight)], grads)
+                return lookups
+            if kind == 'attention':
+                torch.manual_seed(0)
+                s = sizes[size]
+                att = RotaryMultiHeadAttention(s['d_model'], s['h'], dropout=0.1)
+                if variant == 'wing': att.__class__ = FastDropoutAttention
+                q, k, v = (torch.randn(BATCH, s['h'], SRC, s['d_model'] // s['h'], requires_grad=True) for _ in range(3))
+                mask = torch.ones(BATCH, 1, 1, SRC, dtype=torch.bool); mask[::2, ..., SRC - 5:] = False
+                g = torch.randn(BATCH, s['h'], SRC, s['d_model'] // s['h'])
+                def core():
+                    for t in (q, k, v): t.grad = None
+                    att.attend(q, k, v, mask, False, 0.1, False)[0].backward(g)
+                return core
             m = model(size, kind == 'train')
             if kind == 'train':
                 pieces = {'plain': None, 'wing': PIECES}.get(variant)
@@ -85,11 +123,23 @@ def worker(side:str, tiny:bool):
     print('ready', flush=True)
     for line in sys.stdin:
         kind, size, variant = line.split()
-        if (kind, size, variant) not in made: made[kind, size, variant] = make(kind, size, variant)
+        if (kind, size, variant) not in made:
+            made[kind, size, variant] = make(kind, size, variant)
+            made[kind, size, variant]()   # a first call, not timed: builds, caches, first allocations
         fn = made[kind, size, variant]
         t0 = time.perf_counter(); fn(); dt = time.perf_counter() - t0
         per = dt / STEPS.get(size, 1) if kind == 'train' else dt
         print(f'{per:.6f}', flush=True)
+
+
+def cpu_name()->str:
+    "The CPU's model name and its vector extensions that matter here, from /proc/cpuinfo (Linux)"
+    try: info = open('/proc/cpuinfo').read()
+    except OSError: return platform.processor() or platform.machine()
+    name = re.search(r'(?m)^model name\s*:\s*(.+)$', info)
+    flags = set((re.search(r'(?m)^flags\s*:\s*(.+)$', info) or re.match('', '')).group(0).split())
+    ext = [f for f in ('avx2', 'avx512f', 'avx512_bf16', 'amx_bf16') if f in flags]
+    return ', '.join([name.group(1).strip() if name else platform.machine()] + ext)
 
 
 def versions():
@@ -117,6 +167,7 @@ def main():
     workers = {'now': spawn('now')}
     if a.before: workers['before'] = spawn('before', a.before)
     tasks = [('now', k, s, v) for s in sizes for k, vs in (('train', TRAIN), ('decode', DECODE)) for v in vs]
+    tasks += [('now', k, s, v) for s in sizes for k in TARGETS for v in ('plain', 'wing')]
     if a.before: tasks += [('before', k, s, 'default') for s in sizes for k in ('train', 'decode')]
     times = {t: [] for t in tasks}
     rng = random.Random(0)
@@ -133,7 +184,12 @@ def main():
     gain = lambda slow, fast: med([a / b for a, b in zip(times[slow], times[fast])]) - 1
     pieces = []
     for s in sizes:
-        for piece in ('dropout', 'attention'):
+        for piece, step in (('loss', 'the loss, forward and backward'), ('embedding', 'the lookups, forward and backward'),
+                            ('attention', 'the attention core, forward and backward')):
+            pieces.append(dict(piece=piece, step=step, size=s, without_s=med(times['now', piece, s, 'plain']),
+                               with_s=med(times['now', piece, s, 'wing']),
+                               gain=gain(('now', piece, s, 'plain'), ('now', piece, s, 'wing'))))
+        for piece in ('dropout', 'attention', 'loss', 'embedding'):
             pieces.append(dict(piece=piece, step='training step', size=s, without_s=med(times['now', 'train', s, f'wing-{piece}']),
                                with_s=med(times['now', 'train', s, 'wing']),
                                gain=gain(('now', 'train', s, f'wing-{piece}'), ('now', 'train', s, 'wing'))))
@@ -142,10 +198,13 @@ def main():
             pieces.append(dict(piece=piece, step='decoding a sentence', size=s, without_s=med(times['now', 'decode', s, slow]),
                                with_s=med(times['now', 'decode', s, fast]),
                                gain=gain(('now', 'decode', s, slow), ('now', 'decode', s, fast))))
-    for p in pieces: p['kept'] = p['gain'] >= 0.10
-    out = dict(date=started.strftime('%Y-%m-%d %H:%M UTC'), machine=platform.processor() or platform.machine(),
+    for p in pieces:   # a piece timed alone targets that step; its row on the whole training step shows its effect
+        p['targeted'] = not (p['piece'] in TARGETS and p['step'] == 'training step')
+        p['kept'] = p['gain'] >= 0.10 if p['targeted'] else None
+    out = dict(date=started.strftime('%Y-%m-%d %H:%M UTC'), machine=cpu_name(),
                cpus=os.cpu_count(), versions=versions(), rounds=rounds, tiny=a.tiny,
-               command='python mt_results/fast_ab.py ' + ' '.join(sys.argv[2:] if len(sys.argv) > 2 else []),
+               command=' '.join(['python mt_results/fast_ab.py OUT.json'] + [
+                   'CHECKOUT' if x == a.before else x for x in sys.argv[2:]]),
                times={'/'.join(k): v for k, v in times.items()}, pieces=pieces)
     if a.before:
         out['before_after'] = [dict(step=k, size=s, before_s=med(times['before', k, s, 'default']),

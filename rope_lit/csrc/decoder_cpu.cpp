@@ -4,7 +4,7 @@
 //
 // The matrix products go to ATen's `mm` (the BLAS kernel that `F.linear` uses); everything else
 // (layer norms, biases, RoPE, the key/value cache, both attentions, ReLU, residuals) is plain C++
-// on buffers allocated once. Built on first use by rope_lit.kernels, like the rotary kernel.
+// on buffers allocated once. Built on first use by rope_lit.cpp_build, like the rotary kernel.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/extension.h>

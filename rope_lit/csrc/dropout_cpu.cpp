@@ -3,7 +3,7 @@
 // comes from a counter-based generator, so the backward pass makes it again instead of storing it,
 // and a bias add and a ReLU before the dropout, or a residual add after it, are done in the same
 // pass (and the backward passes sum the bias's gradient in theirs).
-// Built on first use by rope_lit.kernels, like the rotary kernel.
+// Built on first use by rope_lit.cpp_build, like the rotary kernel.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/extension.h>

@@ -4,7 +4,7 @@
 // row), storage in float32/float64/bfloat16/float16 with float32 math (float64 for float64), in
 // place or not, and autograd in C++.
 //
-// Built on first use by rope_lit.kernels (torch.utils.cpp_extension.load_inline). The `//@ part:`
+// Built on first use by rope_lit.cpp_build (torch.utils.cpp_extension.load_inline). The `//@ part:`
 // comments cut the file into the parts that the kernels page shows, with prose between them.
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -272,10 +272,10 @@ static std::vector<Tensor> rotate(const Tensor& q_in, const Tensor& k_in, const 
 //@ part: entry_points
 // The forward without autograd (inference, and in place). The GIL is released: nothing here
 // touches Python.
-std::vector<Tensor> rotary_qk(const Tensor& q, const Tensor& k, const Tensor& cos,
-                              const Tensor& sin, const OptTensor& positions,
-                              const OptTensor& offsets, int64_t offset, bool interleaved,
-                              bool conjugate, bool inplace) {
+std::vector<Tensor> rotary_qk_forward(const Tensor& q, const Tensor& k, const Tensor& cos,
+                                      const Tensor& sin, const OptTensor& positions,
+                                      const OptTensor& offsets, int64_t offset, bool interleaved,
+                                      bool conjugate, bool inplace) {
   pybind11::gil_scoped_release no_gil;
   return rotate(q, k, cos, sin, positions, offsets, offset, interleaved, conjugate, inplace);
 }

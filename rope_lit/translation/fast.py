@@ -1,4 +1,4 @@
-"""Faster CPU training and decoding for the translation model, switched on by `speed_up(model)`: a counter-based dropout in C++, also on the attention weights, and a decoding step in C++
+"""Faster CPU training and decoding for the translation model, switched on by `speed_up(model)`: a counter-based dropout in C++, also on the attention weights, the loss in one pass, and a decoding step in C++
 
 Docs: https://rope-lit.github.io/rope_lit/mt_fast.html.md"""
 
@@ -14,12 +14,13 @@ from ..attention import RotaryMultiHeadAttention
 from ..kernels import rotary_append, CPU_KERNEL_PATH
 from ..cpp_build import native_extension, native_possible
 from .data import PAD, BOS, EOS
-from .model import Seq2SeqTransformer, FeedForward, CachedDecoder
+from .model import Seq2SeqTransformer, FeedForward, CachedDecoder, smoothed_loss
 
 # %% auto #0
-__all__ = ['DROPOUT_PATH', 'DROPOUT_SOURCE', 'DECODER_PATH', 'DECODER_SOURCE', 'PIECES', 'uniform16', 'dropout_seed',
-           'dropout_mask', 'native_dropout', 'dropout_add', 'FastDropout', 'FastFeedForward', 'FastDropoutAttention',
-           'DecodingWeights', 'IncrementalDecoder', 'native_decoder', 'FastSeq2SeqTransformer', 'speed_up',
+__all__ = ['DROPOUT_PATH', 'DROPOUT_SOURCE', 'LOSS_PATH', 'LOSS_SOURCE', 'DECODER_PATH', 'DECODER_SOURCE', 'PIECES', 'uniform16',
+           'dropout_seed', 'dropout_mask', 'native_dropout', 'dropout_add', 'FastDropout', 'FastFeedForward',
+           'FastDropoutAttention', 'native_loss', 'fast_smoothed_loss', 'FastEmbedding', 'DecodingWeights',
+           'IncrementalDecoder', 'native_decoder', 'FastSeq2SeqTransformer', 'speed_up', 'wing_pieces',
            'decoding_options']
 
 # %% ../../nbs/11a_mt_fast.ipynb #f9abd02e
@@ -205,6 +206,59 @@ class FastDropoutAttention(RotaryMultiHeadAttention):
             if bias is not False:
                 return _DropoutAttention.apply(q, k, v, bias, dropout_p, dropout_seed()), None
         return super().attend(q, k, v, mask, is_causal, dropout_p, need_weights)
+
+# %% ../../nbs/11a_mt_fast.ipynb #c68d20c0
+LOSS_PATH = CPU_KERNEL_PATH.parent / 'loss_cpu.cpp'   # beside the rotary kernel's source
+LOSS_SOURCE = LOSS_PATH.read_text(encoding='utf-8')   # what the build compiles
+
+def native_loss(verbose:bool=False):   # print the compiler's commands and output
+    "The native loss (`LOSS_SOURCE`): built on first use, then cached; None if it can't be"
+    return native_extension(LOSS_SOURCE, 'rope_lit_loss', 'native loss',
+                            'the loss uses PyTorch operations instead', ['smoothed_ce_rows'], verbose)
+
+# %% ../../nbs/11a_mt_fast.ipynb #9c6d81e1
+class _SmoothedLoss(torch.autograd.Function):
+    "The summed label-smoothed loss of the rows of z; its gradient made in forward, scaled in backward"
+    @staticmethod
+    def forward(ctx, z, target, eps):
+        grad = torch.empty_like(z)
+        loss = native_loss().smoothed_ce_rows(z, target, eps, PAD, grad)   # ∂ℓ/∂z into grad
+        ctx.grad, ctx.scale = grad, 1.0   # kept on ctx: backward scales it in place
+        return loss.sum()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        if ctx.scale != 1.0: return ctx.grad * (g / ctx.scale), None, None   # a second backward pass
+        ctx.scale = g.item() or 1.0   # the first: no new (tokens × vocabulary) tensor
+        return (ctx.grad.mul_(g) if ctx.scale != 1.0 else ctx.grad * g), None, None
+
+def fast_smoothed_loss(
+    logits:Tensor,        # (batch, tgt_len, vocab)
+    target:Tensor,        # (batch, tgt_len) ids, PAD where there is no token
+    smoothing:float=0.1,  # label smoothing ε
+)->Tensor:                # scalar: the summed loss over non-padding tokens, as `smoothed_loss`
+    "`smoothed_loss` in one C++ pass per row when training on float32 CPU logits; elsewhere `smoothed_loss`"
+    if not 0.0 <= smoothing <= 1.0: raise ValueError(f"smoothing must be in [0, 1], got {smoothing!r}")
+    V, t = logits.shape[-1], target.reshape(-1)
+    if logits.device.type == 'cpu' and target.dtype == torch.long:   # on the CPU a check costs no sync
+        bad = t[(t != PAD) & ((t < 0) | (t >= V))]                   # checked before anything is computed
+        if bad.numel(): raise ValueError(f"target holds {int(bad[0])}, which is neither a word in [0, {V}) "
+                                         f"nor PAD={PAD}")
+    if not (logits.device.type == 'cpu' and logits.dtype == torch.float32 and target.dtype == torch.long
+            and target.shape == logits.shape[:-1] and logits.requires_grad and torch.is_grad_enabled()
+            and not torch.compiler.is_compiling() and native_loss() is not None):
+        return smoothed_loss(logits, target, smoothing)
+    return _SmoothedLoss.apply(logits.reshape(-1, V).contiguous(), t.contiguous(), float(smoothing))
+
+# %% ../../nbs/11a_mt_fast.ipynb #68dca566
+class FastEmbedding(nn.Embedding):
+    "`nn.Embedding` whose lookups give their gradient as rows (ids and values) in CPU training"
+    def forward(self, ids:Tensor)->Tensor:
+        if ids.device.type != 'cpu' or not torch.is_grad_enabled() or torch.compiler.is_compiling():
+            return super().forward(ids)
+        return F.embedding(ids, self.weight, self.padding_idx, self.max_norm, self.norm_type,
+                           self.scale_grad_by_freq, sparse=True)
 
 # %% ../../nbs/11a_mt_fast.ipynb #ef5eccbb
 def _decode_weights(model:Seq2SeqTransformer, dtype:torch.dtype)->tuple[list[dict], dict]:
@@ -460,13 +514,18 @@ def greedy(self:IncrementalDecoder,
     return n
 
 # %% ../../nbs/11a_mt_fast.ipynb #d532261c
-PIECES = ('dropout', 'attention', 'decoding')   # what `speed_up` can swap in
+PIECES = ('dropout', 'attention', 'loss', 'embedding', 'decoding')   # what `speed_up` can switch on
 
 class FastSeq2SeqTransformer(Seq2SeqTransformer):
-    "A `Seq2SeqTransformer` whose step decoder is the wing's (made by `speed_up`)"
-    decoding = {}   # `IncrementalDecoder` options, set by `decoding_options`
+    "A `Seq2SeqTransformer` with the wing's loss and step decoder (made by `speed_up`)"
+    fast = frozenset()   # which of 'loss' and 'decoding' are on, set by `speed_up`
+    decoding = {}        # `IncrementalDecoder` options, set by `decoding_options`
+    def forward(self, src:Tensor, tgt_in:Tensor, tgt_out:Tensor|None=None, label_smoothing:float=0.0)->Tensor:
+        if tgt_out is None or 'loss' not in self.fast or tgt_out.shape != tgt_in.shape:
+            return super().forward(src, tgt_in, tgt_out, label_smoothing)   # (which raises on the shapes)
+        return fast_smoothed_loss(super().forward(src, tgt_in), tgt_out, label_smoothing)
     def start_decoding(self, memory:Tensor, memory_mask:Tensor, max_len:int):
-        if self.training or memory.device.type != 'cpu':
+        if 'decoding' not in self.fast or self.training or memory.device.type != 'cpu':
             return super().start_decoding(memory, memory_mask, max_len)
         return IncrementalDecoder(self, memory, memory_mask, max_len, **self.decoding)
 
@@ -489,9 +548,19 @@ def speed_up(
     for m in model.modules():
         for piece, plain, fast in _SWAPS:
             if type(m) in (plain, fast): m.__class__ = fast if piece in pieces else plain
-    model.__class__ = FastSeq2SeqTransformer if 'decoding' in pieces else Seq2SeqTransformer
-    model.__dict__.pop('decoding', None)   # options of an earlier `decoding_options` go with the swap
+    if type(model.embed) in (nn.Embedding, FastEmbedding):   # the shared embedding only: E of the projection
+        model.embed.__class__ = FastEmbedding if 'embedding' in pieces else nn.Embedding
+    own = frozenset(pieces) & {'loss', 'decoding'}   # the pieces of the model's own class
+    model.__class__ = FastSeq2SeqTransformer if own else Seq2SeqTransformer
+    for name in ('fast', 'decoding'): model.__dict__.pop(name, None)   # earlier settings go with the swap
+    if own: model.fast = own
     return model
+
+def wing_pieces(model:Seq2SeqTransformer)->tuple:
+    "The pieces of the speed wing that are on for `model`, in the order of `PIECES`"
+    on = {p for m in model.modules() for p, _, fast in _SWAPS if type(m) is fast}
+    if type(model.embed) is FastEmbedding: on.add('embedding')
+    return tuple(p for p in PIECES if p in on or p in getattr(model, 'fast', ()))
 
 @contextlib.contextmanager
 def decoding_options(
@@ -501,7 +570,7 @@ def decoding_options(
     native:bool|None=None,             # the C++ step: None where it can run, True (or fail), False
 ):
     "Within the block, `greedy_decode` and `beam_search` on `model` decode with these options"
-    if not isinstance(model, FastSeq2SeqTransformer):
+    if 'decoding' not in wing_pieces(model):
         raise ValueError("decoding options need the speed wing's decoding piece: "
                          "call speed_up(model) first")
     before = model.decoding

@@ -22,7 +22,7 @@ from .data import (PAD, BOS, EOS, MULTI30K_SPLITS, read_parallel, synthetic_corp
                                        multi30k_download_dir,
                                        train_tokenizer, encode_pairs, token_batches, collate)
 from .model import Seq2SeqTransformer, greedy_decode, beam_search, attention_maps, smoothed_loss
-from .fast import speed_up, decoding_options, DecodingWeights, FastSeq2SeqTransformer
+from .fast import speed_up, decoding_options, DecodingWeights, wing_pieces
 try: from tqdm import tqdm
 except ImportError: tqdm = None
 
@@ -158,7 +158,7 @@ def translate(
 )->list[str]:                 # detokenized translations, in input order
     "Translate `sentences` with greedy decoding or beam search"
     model.eval(); device = device or next(model.parameters()).device
-    if isinstance(model, FastSeq2SeqTransformer) and device.type == 'cpu':   # the CPU speed wing's step:
+    if 'decoding' in wing_pieces(model) and device.type == 'cpu':   # the CPU speed wing's step:
         how = decoding_options(model, weights=DecodingWeights(model, dtype))   # weights prepared once
     else: how = torch.autocast(device.type, dtype, enabled=dtype is not None)
     ids = [e.ids[:max_len-1] + [EOS] for e in tok.encode_batch(sentences)]
