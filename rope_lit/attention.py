@@ -200,6 +200,7 @@ def _check_mask(mask, shape):
     ok = len(m) <= len(shape) and all(a in (1, b) for a, b in zip(m[::-1], shape[::-1]))
     if not ok: raise ValueError(f"attn_mask of shape {tuple(mask.shape)} must broadcast to (batch, heads, q_len, kv_len) = {shape}")
 
+# %% ../nbs/03_attention.ipynb #f9d8c9d7
 def _cache_memory(cache, memory):
     "The cached (k, v) of the memory if `cache` holds them for this memory's batch size"
     if cache is None or cache.memory is None: return None
@@ -209,6 +210,7 @@ def _cache_memory(cache, memory):
         raise ValueError(f"cache holds memory of length {cache.memory[0].shape[2]}, got memory of length {memory.shape[1]}: a new source needs a new cache")
     return cache.memory
 
+# %% ../nbs/03_attention.ipynb #ae0d3211
 @patch
 def _check_inputs(self:RotaryMultiHeadAttention, x, memory, is_causal, memory_positions, cache):
     "Raise, naming the argument, unless `forward`'s inputs fit the module and each other"
@@ -285,10 +287,12 @@ def _head_permutation(head_dim:int, rotary_dim:int, to_interleaved:bool)->Tensor
     perm = (half_to_interleaved_permutation if to_interleaved else interleaved_to_half_permutation)(rotary_dim)
     return torch.cat([torch.as_tensor(perm, dtype=torch.long), torch.arange(rotary_dim, head_dim)])
 
+# %% ../nbs/03_attention.ipynb #2eb964ce
 def _permute_rows(t:Tensor, head_dim:int, perm:Tensor)->Tensor:
     if t.shape[0] % head_dim: raise ValueError(f"first dimension {t.shape[0]} is not a multiple of head_dim = {head_dim}")
     return t.unflatten(0, (-1, head_dim))[:, perm.to(t.device)].flatten(0, 1)
 
+# %% ../nbs/03_attention.ipynb #36619d47
 def _check_pairing_dims(obj, head_dim, rotary_dim):
     "`head_dim` and `rotary_dim` (default head_dim) for converting `obj`, checked"
     if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0 or head_dim % 2:

@@ -38,6 +38,7 @@ def _rope_lit(backend):
         return lambda q, k: fn(q, k, cos, sin, interleaved=interleaved)
     return setup
 
+# %% ../nbs/04a_benchmark.ipynb #89b800bf
 def _hf_llama(compiled):
     def setup(cos, sin, dtype, device, interleaved):
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
@@ -46,6 +47,7 @@ def _hf_llama(compiled):
         return lambda q, k: f(q, k, c, s)
     return setup
 
+# %% ../nbs/04a_benchmark.ipynb #c3a4084b
 def _hf_gptj(compiled):
     def setup(cos, sin, dtype, device, interleaved):
         from transformers.models.gptj.modeling_gptj import apply_rotary_pos_emb
@@ -54,17 +56,22 @@ def _hf_gptj(compiled):
         return lambda q, k: (f(q, s, c), f(k, s, c))
     return setup
 
+# %% ../nbs/04a_benchmark.ipynb #0378453c
 def _rotary_embedding_torch(cos, sin, dtype, device, interleaved):
     from rotary_embedding_torch import RotaryEmbedding
     rot = RotaryEmbedding(dim=2 * cos.shape[-1]).to(device)
     return lambda q, k: (rot.rotate_queries_or_keys(q), rot.rotate_queries_or_keys(k))
 
+# %% ../nbs/04a_benchmark.ipynb #33820c05
 def _liger(cos, sin, dtype, device, interleaved):
     from liger_kernel.transformers.rope import liger_rotary_pos_emb
     c, s = torch.cat([cos, cos], -1)[None].to(dtype), torch.cat([sin, sin], -1)[None].to(dtype)
     return lambda q, k: liger_rotary_pos_emb(q, k, c, s)
 
+# %% ../nbs/04a_benchmark.ipynb #5698b7bb
 def _floor(cos, sin, dtype, device, interleaved): return lambda q, k: (q.clone(), k.clone())
+
+# %% ../nbs/04a_benchmark.ipynb #282a820d
 def _autograd_floor(cos, sin, dtype, device, interleaved):
     from rope_lit.kernels import native_kernel
     return native_kernel().copy_qk_autograd
@@ -99,6 +106,7 @@ FLOOR = 'copy q, k (floor)'
 AUTOGRAD_FLOOR = 'copy q, k through autograd (floor)'
 OURS = 'rope_lit fused'
 
+# %% ../nbs/04a_benchmark.ipynb #8424b432
 def all_methods()->list:
     "Every method of the benchmark: the two floors first, then rope_lit's own, then the peers"
     return [
@@ -132,6 +140,7 @@ def _make_sets(shape, dtype, device, layout, n_sets, backward, seed=0):
         sets.append((q.requires_grad_(backward), k.requires_grad_(backward), gq, gk))
     return sets
 
+# %% ../nbs/04a_benchmark.ipynb #31652834
 def _runner(f, sets, backward):
     "A function of the set index that runs the forward (and backward)"
     if not backward:
@@ -159,6 +168,7 @@ def _time_cpu(runs:dict, n_sets:int, repeats:int, warmup:int)->dict:
             t0 = time.perf_counter(); runs[n](i); times[n].append(time.perf_counter() - t0)
     return times
 
+# %% ../nbs/04a_benchmark.ipynb #387c2363
 def _time_cuda(run, rep_ms:int, calls:int=200)->tuple:
     "(median, 20th, 80th percentile) device seconds from do_bench, and end-to-end seconds per call"
     import triton.testing
@@ -200,6 +210,7 @@ def _llc_bytes():
         return int(size[:-1]) * {'K': 1 << 10, 'M': 1 << 20}[size[-1]]
     except Exception: return 32 << 20
 
+# %% ../nbs/04a_benchmark.ipynb #0e206bf6
 def run_benchmark(
     device:str='cpu',                  # 'cpu' or 'cuda'
     shapes=((1, 32, 2048, 128),),      # (batch, heads, seq, head_dim) of q and of k
@@ -344,6 +355,7 @@ def csv_text(rows:list)->str:
     w = csv.DictWriter(table, fieldnames=list(rows[0])); w.writeheader(); w.writerows(rows)
     return table.getvalue()
 
+# %% ../nbs/04a_benchmark.ipynb #e0e96d4d
 def write_results(rows:list, notes:dict, meta:dict, out):
     "Write results.csv, meta.json and plot.png into folder `out`, each whole or not at all (`atomic_write`)"
     from rope_lit.cli_args import atomic_write
@@ -353,6 +365,7 @@ def write_results(rows:list, notes:dict, meta:dict, out):
     atomic_write(out / 'plot.png', write=lambda tmp: plot_results(rows, tmp))
     return out
 
+# %% ../nbs/04a_benchmark.ipynb #f9ea0fa0
 def read_results(out)->tuple:
     "(rows, meta) from a folder written by `write_results`"
     out = Path(out)
@@ -395,6 +408,7 @@ def bench_append(
     try: return _bench_append(shapes, heads_q, heads_kv, head_dim, max_len, rounds, calls)
     finally: torch.set_num_threads(saved)
 
+# %% ../nbs/04a_benchmark.ipynb #23e03cb9
 def _bench_append(shapes, heads_q, heads_kv, head_dim, max_len, rounds, calls):
     import pandas as pd
     def two_step(q, k, v, kc, vc, c, s, off):
@@ -481,6 +495,7 @@ def targets(rows:list, device:str)->list:
                 if r: out.append((f"{shape} {pairing}: {m} call ≤ 30 µs end to end", f"{float(r['end_to_end_us']):.1f} µs", float(r['end_to_end_us']) <= 30))
     return out
 
+# %% ../nbs/04a_benchmark.ipynb #ce5a54f6
 def targets_table(rows, device)->str:
     "`targets` as a markdown table"
     return '\n'.join(['|target|measured|met|', '|---|---|---|'] + [f"|{t}|{m}|{'yes' if ok else '**no**'}|" for t, m, ok in targets(rows, device)])

@@ -38,7 +38,7 @@ METHOD_NAMES = (
     'transformers GPT-J compiled',
 )
 
-
+# %% ../nbs/04b_bench_cli.ipynb #cd235f82
 def _parse_shape(text):
     parts = text.lower().split('x')
     if len(parts) != 4 or not all(p.isdigit() and int(p) > 0 for p in parts) or int(parts[3]) % 2:
@@ -48,7 +48,7 @@ def _parse_shape(text):
         )
     return tuple(int(p) for p in parts)
 
-
+# %% ../nbs/04b_bench_cli.ipynb #fe3f156c
 def _parser():
     ap = Parser(
         prog='rope-lit-bench',
@@ -147,6 +147,7 @@ def _child_argv(args, out)->list:
     if args.no_progress: argv.append('--no-progress')
     return argv
 
+# %% ../nbs/04b_bench_cli.ipynb #28d05ef0
 def _merged_meta(metas:dict, command:str)->dict:
     "One meta.json for runs in several environments ({name: meta}): the first one's, and each one's own"
     own = ('date', 'load_average_at_start', 'GLIBC_TUNABLES')

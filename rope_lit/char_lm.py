@@ -30,19 +30,23 @@ REPO_ROOT = Path(rope_lit.__file__).resolve().parent.parent
 TINY_SHAKESPEARE_URL = 'https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt'
 TINY_SHAKESPEARE_SHA256 = '86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed'
 
+# %% ../nbs/14_char_lm.ipynb #0be9be01
 def tiny_shakespeare_download_path()->Path:
     "Where `rope-lit-lm --download` puts Tiny Shakespeare: `$ROPE_LIT_TINY_SHAKESPEARE`, else the user's cache"
     if os.environ.get('ROPE_LIT_TINY_SHAKESPEARE'): return Path(os.environ['ROPE_LIT_TINY_SHAKESPEARE'])
     cache = os.environ.get('XDG_CACHE_HOME') or Path.home()/'.cache'
     return Path(cache)/'rope_lit'/'tinyshakespeare'/'input.txt'
 
+# %% ../nbs/14_char_lm.ipynb #bee3a02f
 def tiny_shakespeare_path()->Path:
     "The text the `full` setting trains on: the downloaded copy, else `shared/data/tinyshakespeare` beside a checkout"
     downloaded, beside = tiny_shakespeare_download_path(), REPO_ROOT.parent/'shared'/'data'/'tinyshakespeare'/'input.txt'
     return beside if not downloaded.is_file() and beside.is_file() else downloaded
 
+# %% ../nbs/14_char_lm.ipynb #9e186ec7
 TINY_SHAKESPEARE = tiny_shakespeare_path()   # as found at import
 
+# %% ../nbs/14_char_lm.ipynb #088fb3b6
 def download_tiny_shakespeare(
     dest:str|Path|None=None, # the file to write (default `tiny_shakespeare_download_path()`)
     url:str|None=None,       # where to get it (http(s)://, file://); default `TINY_SHAKESPEARE_URL`
@@ -56,6 +60,7 @@ def download_tiny_shakespeare(
     if dest.is_file() and hashlib.sha256(dest.read_bytes()).hexdigest() == sha256: return dest
     return fetch_verified(url, dest, sha256, timeout)
 
+# %% ../nbs/14_char_lm.ipynb #277c841f
 def load_text(
     path:str|Path|None=None, # text file; None: Tiny Shakespeare (`tiny_shakespeare_path()`)
 )->str:                      # the file's contents
@@ -143,6 +148,7 @@ class Block(nn.Module):
 # %% ../nbs/14_char_lm.ipynb #a78da76d
 POSITIONS = ('sinusoidal', 'rope', 'hexu', 'none', 'alibi')
 
+# %% ../nbs/14_char_lm.ipynb #8331294d
 class CharLM(nn.Module):
     "Decoder-only character LM whose position scheme is one of `POSITIONS`"
     def __init__(self,
@@ -214,6 +220,7 @@ VARIANTS = {  # name -> (scaling, options(s, L0, L)); applied to the 'rope' mode
     'llama3':       ('llama3', lambda s, L0, L: dict(factor=s, original_max_seq_len=L0)),
 }
 
+# %% ../nbs/14_char_lm.ipynb #4db25e06
 def variant_frequencies(
     name:str,          # a key of `VARIANTS`
     rotary_dim:int,    # head_dim of the model
@@ -314,6 +321,7 @@ def _model_config(cfg, vocab_size, position):
     return dict(vocab_size=vocab_size, position=position, d_model=cfg['d_model'], n_layers=cfg['n_layers'],
                 n_heads=cfg['n_heads'], embed_scale=True, **({'hexu_max_len': cfg['hexu_max_len']} if position == 'hexu' else {}))
 
+# %% ../nbs/14_char_lm.ipynb #f0a41855
 def _trained_model(cfg, position, seed, vocab_size, train_ids, checkpoint_dir, progress):
     "Train (or load from `checkpoint_dir` when an identical run was saved) one model; return it and its log"
     model_cfg = _model_config(cfg, vocab_size, position)
@@ -456,10 +464,12 @@ def _cpu_name()->str:
     try: return next(l.split(':', 1)[1].strip() for l in open('/proc/cpuinfo') if l.startswith('model name'))
     except (OSError, StopIteration): return platform.processor() or platform.machine()
 
+# %% ../nbs/14_char_lm.ipynb #b23e156f
 def provenance(argv)->dict:
     return dict(command='rope-lit-lm ' + ' '.join(argv), date=datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'),
                 hardware=f"{_cpu_name()} ({platform.machine()}, {os.cpu_count()} cores, {platform.system()}), torch {torch.__version__}, {torch.get_num_threads()} thread(s), no GPU" if not torch.cuda.is_available() else f"{_cpu_name()} + {torch.cuda.get_device_name()}")
 
+# %% ../nbs/14_char_lm.ipynb #ee3fe808
 def save_results(
     results:dict,  # `run_experiment`'s output (with 'provenance')
     out_dir,       # folder for results.json, results.md and ppl_vs_context.png

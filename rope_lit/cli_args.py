@@ -18,6 +18,7 @@ class Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse's default prints the whole usage block first
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
+# %% ../nbs/15_cli_args.ipynb #8b50de8c
 def _bounds(low, high, low_open, high_open)->str:
     if low is not None and high is not None:
         return f" in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
@@ -25,6 +26,7 @@ def _bounds(low, high, low_open, high_open)->str:
     if high is not None: return f" {'<' if high_open else '<='} {high}"
     return ''
 
+# %% ../nbs/15_cli_args.ipynb #346dc453
 def number(
     kind=int,         # int or float
     low=None,         # smallest value allowed (None: no bound)
@@ -45,6 +47,7 @@ def number(
         return v
     return convert
 
+# %% ../nbs/15_cli_args.ipynb #ccdde6e3
 def number_list(low=1):  # smallest value allowed
     "An argparse `type` reading comma-separated integers >= `low`, e.g. `128,256`"
     def convert(text:str):
@@ -55,7 +58,6 @@ def number_list(low=1):  # smallest value allowed
                 f"expected comma-separated integers >= {low}, e.g. 128,256, got {text!r}")
         return vs
     return convert
-
 
 # %% ../nbs/15_cli_args.ipynb #728812b1
 def options_table(
@@ -100,6 +102,7 @@ def atomic_write(
         raise
     return path
 
+# %% ../nbs/15_cli_args.ipynb #ea5d42db
 def refuse_overwrite(
     ap:argparse.ArgumentParser, # the command's parser, for the one-line error
     out,                        # the results folder (`--out`)

@@ -29,8 +29,11 @@ def _rotate_pairs(x, c, s, interleaved:bool):
     y = y.to(x.dtype)
     return y if r == x.shape[-1] else torch.cat([y, x[..., r:]], -1)
 
+# %% ../nbs/04e_compiled.ipynb #e2380d68
 def _onepass_split(q, k, c, s):
     return _rotate_pairs(q, c, s, False), _rotate_pairs(k, c, s, False)
+
+# %% ../nbs/04e_compiled.ipynb #8adb9819
 def _onepass_interleaved(q, k, c, s):
     return _rotate_pairs(q, c, s, True), _rotate_pairs(k, c, s, True)
 
@@ -42,16 +45,21 @@ def _probe_compile()->bool:
     compilers = ([cxx] if cxx else []) + ['g++', 'c++', 'clang++']
     return bool(supported and any(shutil.which(c) for c in compilers))
 
+# %% ../nbs/04e_compiled.ipynb #6b2bdf6b
 # probed once at import, so that choosing a backend inside a compiled region reads a constant
 _COMPILE_AVAILABLE = _probe_compile()
 
+# %% ../nbs/04e_compiled.ipynb #2b093e73
 def compile_available()->bool:
     "Can `torch.compile` build CPU code here (Dynamo supported and a C++ compiler on the PATH)?"
     return _COMPILE_AVAILABLE
 
+# %% ../nbs/04e_compiled.ipynb #15aca845
 # below this many elements in q and k together, the eager formula is as fast as any
 COMPILE_MIN_NUMEL = 1 << 17
 _compiled = {}
+
+# %% ../nbs/04e_compiled.ipynb #d8aedab0
 def _onepass(q, k, c, s, interleaved:bool):
     "Run the compiled one-pass function for the pairing (the eager formula if it cannot compile)"
     fn = _onepass_interleaved if interleaved else _onepass_split

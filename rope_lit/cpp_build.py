@@ -28,6 +28,7 @@ def cpp_parts(text:str)->dict:
 # %% ../nbs/04c_cpp_build.ipynb #cpp08
 _CFLAGS = ['-O3', '-march=native', '-fopenmp']
 
+# %% ../nbs/04c_cpp_build.ipynb #d4e4da83
 def _build_signature()->str:
     "What the build depends on besides the source: CPU features, torch, Python, the environment"
     # the environment: its prefix, and the include paths that ninja's build file embeds
@@ -39,6 +40,7 @@ def _build_signature()->str:
     return '|'.join([flags or platform.processor(), torch.__version__, str(sys.version_info[:2]),
                      *env])
 
+# %% ../nbs/04c_cpp_build.ipynb #18478489
 def extension_name(
     source:str,    # the C++ source
     prefix:str,    # what the name starts with
@@ -47,19 +49,23 @@ def extension_name(
     key_text = '\n'.join([source, *_CFLAGS, _build_signature()])
     return f"{prefix}_{hashlib.sha256(key_text.encode()).hexdigest()[:16]}"
 
+# %% ../nbs/04c_cpp_build.ipynb #8c1070af
 def _probe_native()->bool:
     if os.environ.get('ROPE_LIT_NATIVE', '1') == '0' or not sys.platform.startswith('linux'):
         return False
     cxx = os.environ.get('CXX')
     return any(shutil.which(c) for c in ([cxx] if cxx else []) + ['c++', 'g++'])
 
+# %% ../nbs/04c_cpp_build.ipynb #5dc69954
 # probed once at import: choosing a backend inside a compiled region reads a constant
 _NATIVE_POSSIBLE = _probe_native()
 
+# %% ../nbs/04c_cpp_build.ipynb #f35acfde
 def native_possible()->bool:
     "Can the native CPU kernel be built here (Linux, a C++ compiler, not `ROPE_LIT_NATIVE=0`)?"
     return _NATIVE_POSSIBLE
 
+# %% ../nbs/04c_cpp_build.ipynb #a70d4a62
 def _own(path:Path, group_ok:bool=False)->bool:
     "Is `path` (not a symbolic link) this user's, and writable by no one else (nor by the group, unless `group_ok`)?"
     try: st = os.lstat(path)
@@ -67,6 +73,7 @@ def _own(path:Path, group_ok:bool=False)->bool:
     return (not stat.S_ISLNK(st.st_mode) and st.st_uid == os.geteuid()
             and not st.st_mode & (0o002 if group_ok else 0o022))
 
+# %% ../nbs/04c_cpp_build.ipynb #62da1452
 def _safe_parents(path:Path)->bool:
     "Can no one else rename or replace `path`: every folder above it the user's or root's, and shared only if sticky?"
     for parent in path.resolve().parents:
@@ -76,8 +83,10 @@ def _safe_parents(path:Path)->bool:
         if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX: return False
     return True
 
+# %% ../nbs/04c_cpp_build.ipynb #5f880d77
 _private_fallback = {}
 
+# %% ../nbs/04c_cpp_build.ipynb #fdd8b9d0
 def native_cache_dir()->Path:
     "Folder of built kernels: `$ROPE_LIT_CACHE`, else `rope_lit` in `$XDG_CACHE_HOME` or `~/.cache`"
     root = os.environ.get('ROPE_LIT_CACHE')
@@ -96,6 +105,7 @@ def native_cache_dir()->Path:
              f"building in the private folder {_private_fallback[root]} instead")
     return _private_fallback[root]
 
+# %% ../nbs/04c_cpp_build.ipynb #df0260a8
 def _say(message:str):
     "One line on stderr, for the builds (they take a minute: never silent)"
     print(f"rope_lit: {message}", file=sys.stderr, flush=True)
@@ -103,6 +113,7 @@ def _say(message:str):
 # %% ../nbs/04c_cpp_build.ipynb #cpp09
 _built, _build_lock = {}, threading.Lock()   # prefix -> module (None: not buildable)
 
+# %% ../nbs/04c_cpp_build.ipynb #70d449d8
 def _digest(path:Path)->str:
     "Size and SHA-256 of a file, as recorded beside a built library"
     h = hashlib.sha256()
@@ -110,6 +121,7 @@ def _digest(path:Path)->str:
         for block in iter(lambda: f.read(1 << 20), b''): h.update(block)
     return f"{path.stat().st_size} {h.hexdigest()}"
 
+# %% ../nbs/04c_cpp_build.ipynb #cad65ce2
 def _load_verified(name:str, so:Path):
     "The library `so` imported, if it is whole (size and hash as recorded at its build); else None, and it is removed"
     record = so.with_suffix('.sha256')
@@ -123,6 +135,7 @@ def _load_verified(name:str, so:Path):
     spec.loader.exec_module(module)
     return module
 
+# %% ../nbs/04c_cpp_build.ipynb #cf5a5c73
 def _build(verbose, source, functions, prefix, what):
     "Build (or load) one native extension; `functions=None`: the source defines its own bindings"
     from torch.utils import cpp_extension
@@ -156,6 +169,7 @@ def _build(verbose, source, functions, prefix, what):
         _say(f"{what} built in {time.perf_counter() - start:.1f} s")
         return module
 
+# %% ../nbs/04c_cpp_build.ipynb #52877144
 def native_extension(
     source:str,            # C++ source: the build compiles it as it is
     prefix:str,            # the cache entry's name: prefix_<hash>

@@ -97,6 +97,7 @@ def hexu_frequencies(
         raise ValueError(f"max_angle must be a number in (0, 2π], got {max_angle!r}")
     return inv_freq * (max_angle / (max_seq_len * inv_freq[0]))
 
+# %% ../nbs/01_requirements.ipynb #6adaa97c
 ROPE_SCALINGS['hexu'] = hexu_frequencies
 
 # %% ../nbs/01_requirements.ipynb #32a91be5

@@ -147,6 +147,7 @@ PATCHED = 'rope_lit.hf.patched'       # the modules that hold patched forwards' 
 _OWN = ('__name__', '__spec__', '__loader__', '__package__')   # a module's own names, not copied
 _modules_lock = threading.Lock()
 
+# %% ../nbs/06_transformers.ipynb #352049fe
 def forward_calling(
     forward,                # a class's `forward` function (undecorated)
     rotary,                 # what its `apply_rotary_pos_emb` should be
@@ -171,6 +172,7 @@ def _cell(c):
     try: return c.cell_contents
     except ValueError: return None    # an empty cell
 
+# %% ../nbs/06_transformers.ipynb #7d3e3521
 def rewrapped(
     outer,                  # a class's `forward` as written, decorators and all
     inner,                  # a patched copy of `inspect.unwrap(outer)`
@@ -201,6 +203,7 @@ def rewrapped(
 # %% ../nbs/06_transformers.ipynb #cdb580c5
 _SAVED = '_rope_lit_hf_saved'   # instance attribute: (slot, had it, its value before, what was put there)
 
+# %% ../nbs/06_transformers.ipynb #2907d144
 def _slot(m:nn.Module, name:str)->str:
     "Where `m`'s patched forward goes: 'forward', or '_old_forward' under accelerate's hook wrapper"
     put = m.__dict__.get(_SAVED, (None,) * 4)[3]   # a patch's forward counts as the class's
@@ -212,12 +215,14 @@ def _slot(m:nn.Module, name:str)->str:
     raise TypeError(f"rope_lit.hf.patch: {name} ({type(m).__name__}) has a forward of its own on the "
                     "instance, a wrapper rope_lit cannot see into; patch the model before wrapping it")
 
+# %% ../nbs/06_transformers.ipynb #47558d7a
 @functools.lru_cache(maxsize=None)
 def _rotary(form:str, backend:str, interleaved:bool, owner:str):
     "One replacement function per form, backend, pairing and class (so compiled graphs see one object)"
     return (make_apply_rotary_pos_emb(backend, interleaved, owner) if form == 'qk'
             else make_apply_rotary_pos_emb_single(backend))
 
+# %% ../nbs/06_transformers.ipynb #0e978526
 def _put(model:nn.Module, plan:list)->nn.Module:
     "Bind each planned forward to its module (after `unpatch`), remembering what was there"
     unpatch(model)
@@ -227,6 +232,7 @@ def _put(model:nn.Module, plan:list)->nn.Module:
         m.__dict__[slot] = put
     return model
 
+# %% ../nbs/06_transformers.ipynb #f5957825
 def patch(
     model:nn.Module,        # a transformers model (any module whose attention calls
                             # `apply_rotary_pos_emb`)
@@ -259,7 +265,6 @@ def patch(
                          "transformers' RoPE families rotate; rope_lit finds nothing to replace")
     return _put(model, plan)
 
-
 # %% ../nbs/06_transformers.ipynb #7efcae1e
 def unpatch(
     model:nn.Module,        # a model, patched or not
@@ -277,6 +282,7 @@ def unpatch(
             else: m.__dict__[name] = types.MethodType(type(m).forward, m)   # (a hook added since)
     return model
 
+# %% ../nbs/06_transformers.ipynb #4801a19f
 def patched_modules(model:nn.Module)->list:
     "Names of the modules of `model` that `patch` changed"
     return [name for name, m in model.named_modules() if _SAVED in m.__dict__]
@@ -299,10 +305,12 @@ def _cpu_name()->str:
     except OSError: pass
     return platform.processor() or platform.machine()
 
+# %% ../nbs/06_transformers.ipynb #7643bf46
 def _load()->float:
     try: return os.getloadavg()[0]
     except OSError: return float('nan')
 
+# %% ../nbs/06_transformers.ipynb #3acd9498
 def _time(fn)->float:
     t0 = time.perf_counter(); fn(); return time.perf_counter() - t0
 

@@ -16,7 +16,7 @@ from .cli_args import Parser, number, number_list, refuse_overwrite
 SIZES, SCHEMES = ('full', 'tiny'), ('sinusoidal', 'rope', 'hexu', 'none', 'alibi')
 VARIANT_NAMES = ('none', 'linear', 'ntk', 'dynamic_ntk', 'yarn', 'yarn_no_temp', 'llama3')
 
-
+# %% ../nbs/14a_lm_cli.ipynb #cd7cedd4
 def _names(allowed, what):
     def convert(text):
         names = [x for x in text.split(',') if x]
@@ -30,7 +30,7 @@ def _names(allowed, what):
 
     return convert
 
-
+# %% ../nbs/14a_lm_cli.ipynb #be311688
 def _parser():
     ap = Parser(
         prog='rope-lit-lm',

@@ -34,6 +34,7 @@ def drop_signature(
 # %% ../nbs/pages.ipynb #bdf56bb9
 _re_show_doc = re.compile(r'^show_doc\(\s*([\w.]+)', re.M)
 
+# %% ../nbs/pages.ipynb #5992d44e
 class show_source_once(Processor):
     "nbdev doc processor: a `show_doc` block of something whose source the page shows loses its signature"
     def begin(self):
@@ -50,12 +51,14 @@ class show_source_once(Processor):
 # %% ../nbs/pages.ipynb #a21af167
 _re_private_link = re.compile(r'\[(`[^`\]\n]+`)\]\([^)\s]*?\.html#(?:[\w]+\.)?_[\w.]*\)')
 
+# %% ../nbs/pages.ipynb #186d3b68
 def unlink_private(
     md:str, # Markdown after nbdev's `add_links`
 )->str:     # links to private names' anchors replaced by the bare name
     "`md` without links to names nbdev gives no block of their own: `_private`, `Class._private`, `Class.__init__`"
     return _re_private_link.sub(r'\1', md)
 
+# %% ../nbs/pages.ipynb #aa2fe640
 class unlink_private_names(Processor):
     "nbdev doc processor: `unlink_private` on every Markdown cell and Markdown output"
     def cell(self, cell):

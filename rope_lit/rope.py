@@ -107,6 +107,7 @@ def course_sinusoid(seq_len:int, d_k:int, fn=torch.sin)->Tensor:
     emb[:, 1::2] = fn(position * div_term)
     return emb.unsqueeze(0).unsqueeze(0)
 
+# %% ../nbs/02_rope.ipynb #f25d13a1
 def course_apply_rotary_emb(tensor1:Tensor, d_k:int)->Tensor:
     "The report's `apply_rotary_emb`: tensor1 (batch, heads, seq, d_k) rotated by Eq. (4)"
     tensor2 = tensor1.clone()
@@ -133,17 +134,20 @@ def resolve_backend(
 # %% ../nbs/02_rope.ipynb #643c0454
 _SEQ_DIMS = {-2: 2, 2: 2, 1: 1, -3: 1, 0: 0, -4: 0}
 
+# %% ../nbs/02_rope.ipynb #3bc820ef
 def _check_even(name, value, upper=None):
     if isinstance(value, bool) or not isinstance(value, int): raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value <= 0 or value % 2: raise ValueError(f"{name} must be a positive even integer, got {value}")
     if upper is not None and value > upper[1]: raise ValueError(f"{name} must be <= {upper[0]} = {upper[1]}, got {value}")
     return value
 
+# %% ../nbs/02_rope.ipynb #81b02e0c
 def _check_attention_factor(a):
     if isinstance(a, bool) or not isinstance(a, (int, float)) or not math.isfinite(a) or a <= 0:
         raise ValueError(f"attention_factor must be None or a positive finite number, got {a!r}")
     return float(a)
 
+# %% ../nbs/02_rope.ipynb #6b985f0c
 def _check_rotary_embedding_args(dim, rotary_dim, max_seq_len, seq_dim, backend, scaling, scaling_options, attention_factor, axial_2d=False):
     "Raise `TypeError`/`ValueError`, naming the argument, unless `RotaryEmbedding`'s arguments are valid"
     _check_even('dim', dim)
@@ -161,6 +165,7 @@ def _check_rotary_embedding_args(dim, rotary_dim, max_seq_len, seq_dim, backend,
     if axial_2d and scaling is not None:
         raise ValueError(f"axial_2d=True takes no scaling variant (they stretch one long axis), got scaling={scaling!r}")
 
+# %% ../nbs/02_rope.ipynb #b333229e
 def _default_attention_factor(scaling, max_seq_len, options:dict)->float:
     "YaRN's √(1/t) = 0.1 ln s + 1 for scaling='yarn' (s = factor, or max_seq_len / original_max_seq_len), else 1"
     if scaling != 'yarn': return 1.0
@@ -257,24 +262,35 @@ def extra_repr(self:RotaryEmbedding):
 
 # %% ../nbs/02_rope.ipynb #b7c2e4a1
 def _get_backend(self): return self._backend
+
+# %% ../nbs/02_rope.ipynb #63793b26
 def _set_backend(self, name):
     if not isinstance(name, str): raise TypeError(f"backend must be a str, got {type(name).__name__}")
     self._backend, self._backends, self._plans = name, {}, {}   # resolved again on the next call
+
+# %% ../nbs/02_rope.ipynb #23a6bb89
 RotaryEmbedding.backend = property(_get_backend, _set_backend,
                                    doc="The backend's name; a new one takes effect on the next call")
 
+# %% ../nbs/02_rope.ipynb #bf34da4c
 def _set_interleaved(self, value):
     self.__dict__['_interleaved'] = bool(value)
     self.__dict__['_plans'] = {}                  # the planned kernels were chosen for the old pairing
+
+# %% ../nbs/02_rope.ipynb #7847b51a
 RotaryEmbedding.interleaved = property(lambda self: self._interleaved, _set_interleaved,
                                        doc="The pairing; a new one takes effect on the next call")
 
+# %% ../nbs/02_rope.ipynb #fd36d84d
 def _set_attention_factor(self, value):
     self.__dict__['_attention_factor'] = _check_attention_factor(value)
     if 'cos_cached' in self._buffers: self._build(len(self.cos_cached))   # the tables carry the factor
+
+# %% ../nbs/02_rope.ipynb #9d671095
 RotaryEmbedding.attention_factor = property(lambda self: self._attention_factor, _set_attention_factor,
                                             doc="Multiplies cos and sin; a new one rebuilds the tables")
 
+# %% ../nbs/02_rope.ipynb #86afee5d
 def _fixed(name:str):
     "A property set once, at construction: the frequencies and tables are built from it"
     def refuse(self, value):
@@ -286,10 +302,13 @@ def _fixed(name:str):
         v = self.__dict__[f'_{name}']
         return dict(v) if isinstance(v, dict) else v      # a copy: changing it changes nothing
     return property(get, refuse)
+
+# %% ../nbs/02_rope.ipynb #10c83241
 for _name in ('base', 'scaling', 'scaling_options'): setattr(RotaryEmbedding, _name, _fixed(_name))
 
 _PER_CALL = ('_grid_tables', '_plans', '_fast_rows', '_backends')   # caches of kernels and rows: not state
 
+# %% ../nbs/02_rope.ipynb #30e6e66a
 @patch
 def __getstate__(self:RotaryEmbedding)->dict:
     "Pickle without the per-call caches (they hold kernels' closures, rebuilt on the next call)"
@@ -297,6 +316,7 @@ def __getstate__(self:RotaryEmbedding)->dict:
     for k in _PER_CALL: state[k] = {}
     return state
 
+# %% ../nbs/02_rope.ipynb #5750479a
 @patch
 def __setstate__(self:RotaryEmbedding, state:dict):
     "Unpickle, also a module pickled by an older rope_lit (attributes added since get their defaults)"
@@ -310,6 +330,7 @@ def __setstate__(self:RotaryEmbedding, state:dict):
 GROW_LIMIT = 1 << 16     # the cache grows to cover at most this many positions, or twice what it holds
 MAX_POSITION = 1 << 53   # float64 holds every integer up to here exactly: an angle m·θ needs m exact
 
+# %% ../nbs/02_rope.ipynb #2012ec08
 @patch
 def _rows(self:RotaryEmbedding, offset:int, seq:int)->tuple[Tensor, Tensor]:
     "Cached cos/sin rows for positions offset..offset+seq-1, growing the cache if it is too short"
@@ -330,6 +351,7 @@ def _rows(self:RotaryEmbedding, offset:int, seq:int)->tuple[Tensor, Tensor]:
         self._build(grow)
     return self.cos_cached[offset:need], self.sin_cached[offset:need]
 
+# %% ../nbs/02_rope.ipynb #44142c76
 @patch
 def _dynamic_inv_freq(self:RotaryEmbedding, length, device)->Tensor:
     "Dynamic NTK's θ for a call whose largest position is `length` - 1 (an int, or a 0-d tensor)"
@@ -355,6 +377,7 @@ def _check_positions(positions, batch:int, seq:int, name='positions'):
     if tuple(positions.shape) not in ((seq,), (batch, seq)):
         raise ValueError(f"{name} must have shape (seq,) = ({seq},) or (batch, seq) = ({batch}, {seq}) matching the sequence dimension of the input, got {tuple(positions.shape)}")
 
+# %% ../nbs/02_rope.ipynb #099137ea
 def _check_values(checks:list, host=False):
     "`checks`: (bad, message) pairs, `bad` a 0-d bool tensor. CPU flags (all, if `host`): one read, ValueError; CUDA: device asserts"
     if torch.compiler.is_compiling() or not checks: return
@@ -364,6 +387,7 @@ def _check_values(checks:list, host=False):
     for bad, msg in checks:
         if not host and bad.device.type == 'cuda': torch._assert_async(~bad, msg)
 
+# %% ../nbs/02_rope.ipynb #2d974982
 def _check_offset(offset, batch:int):
     "Raise unless `offset` is a non-negative int or an integer tensor of shape (batch,) (values: see `_check_values`)"
     if isinstance(offset, Tensor):
@@ -376,6 +400,7 @@ def _check_offset(offset, batch:int):
         raise IndexError(f"offset {offset} is past 2**53, beyond which float64 angles no longer tell "
                          "neighbouring positions apart")
 
+# %% ../nbs/02_rope.ipynb #e5618229
 def _same_device(a, b)->bool:
     "Whether devices `a` and `b` are the same; a device without index ('cuda') means the current one of its type"
     a, b = torch.device(a), torch.device(b)
@@ -445,6 +470,7 @@ def cos_sin(self:RotaryEmbedding,
 _TO_BHSD = {2: (0, 1, 2, 3), 1: (0, 2, 1, 3), 0: (1, 2, 0, 3)}
 _FROM_BHSD = {2: (0, 1, 2, 3), 1: (0, 2, 1, 3), 0: (2, 0, 1, 3)}
 
+# %% ../nbs/02_rope.ipynb #f0851795
 @patch
 def _as_bhsd(self:RotaryEmbedding, x, name):
     if not isinstance(x, Tensor): raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
@@ -455,6 +481,7 @@ def _as_bhsd(self:RotaryEmbedding, x, name):
     if x.shape[-1] != self.dim: raise ValueError(f"{name}.shape[-1] = {x.shape[-1]} must equal head_dim dim={self.dim}")
     return x.permute(*_TO_BHSD[self.seq_dim])
 
+# %% ../nbs/02_rope.ipynb #566349d4
 @patch
 def backend_for(self:RotaryEmbedding, device_type:str):
     "The `rotary_qk`-contract function this module uses on `device_type` (resolved once, then cached)"
@@ -463,7 +490,7 @@ def backend_for(self:RotaryEmbedding, device_type:str):
     if fn is None: fn = self._backends[device_type] = resolve_backend(self.backend, device_type)
     return fn
 
-
+# %% ../nbs/02_rope.ipynb #567ba53c
 @patch
 def _qk_as_bhsd(self:RotaryEmbedding, q, k):
     "`q` and `k` as (batch, heads, seq, head_dim) views, after checking that they fit together"
@@ -503,6 +530,7 @@ def _direct_kernel(rotate, interleaved:bool):
     except ImportError: return None
     return native_qk_direct(interleaved) if rotate is rotary_qk_native else None
 
+# %% ../nbs/02_rope.ipynb #147f90c8
 @patch
 def _forward_cached(self:RotaryEmbedding, q:Tensor, k:Tensor, offset:int)->tuple[Tensor, Tensor]:
     "`forward` for default positions and an int `offset`: its checks run once per kind of call"
@@ -707,6 +735,7 @@ def _check_cu_seqlens(cu_seqlens, total:int, offsets=None):
                             f"{tuple(getattr(offsets, 'shape', ()))}")
         if bool((offsets < 0).any()): raise ValueError("offsets must be non-negative")
 
+# %% ../nbs/02_rope.ipynb #b5e1c8cf
 def _check_varlen_qk(q, k, dim:int):
     "Raise a one-line error unless `q` and `k` are packed (total_tokens, heads, `dim`) tensors that fit together"
     for name, x in (('q', q), ('k', k)):

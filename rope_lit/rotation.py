@@ -126,6 +126,7 @@ def check_table_rows(
     if lo < 0 or hi >= n_rows:
         raise IndexError(f"positions must be rows of the cos/sin table, in [0, {n_rows}): got {lo if lo < 0 else hi}")
 
+# %% ../nbs/01a_rotation.ipynb #b22a7275
 def rotary_qk(
     q:Tensor,             # (batch, heads_q, seq, head_dim)
     k:Tensor,             # (batch, heads_k, seq, head_dim)
@@ -158,6 +159,7 @@ def _reaches(delta:int, dims:list)->bool|None:
     answers = [_reaches(delta - c * s, rest) for c in range(first, last + 1)]
     return True if True in answers else (None if None in answers else False)
 
+# %% ../nbs/01a_rotation.ipynb #b2932ac2
 def check_disjoint(
     q:Tensor,   # written in place
     k:Tensor,   # written in place too
@@ -203,6 +205,7 @@ def check_qk_args(q, k, cos, sin, positions, inplace):
     if positions is not None and positions.is_floating_point(): raise TypeError(f"positions must be an integer tensor, got {positions.dtype}")
     if inplace: check_disjoint(q, k)        # shared memory would be rotated twice
 
+# %% ../nbs/01a_rotation.ipynb #51d04c63
 def offset_rows(q, cos, sin, positions, offset):
     "Fold an int `offset` into `positions` or a slice of the table; a tensor offset stays a (batch,) tensor"
     if isinstance(offset, Tensor) and offset.device.type == 'meta' and q.device.type != 'meta':

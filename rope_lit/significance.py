@@ -130,6 +130,7 @@ def corpus_scores(
     return {'BLEU': BLEU().corpus_score(hypotheses, [references]).score,
             'chrF': CHRF().corpus_score(hypotheses, [references]).score}
 
+# %% ../nbs/16_significance.ipynb #c6c78bf3
 def signatures()->dict:   # {'BLEU': signature, 'chrF': signature}
     "sacreBLEU's signature strings for the scores of `corpus_scores` (one reference per sentence)"
     metrics = {'BLEU': BLEU(), 'chrF': CHRF()}
@@ -149,6 +150,7 @@ def run_scores(
             for d in decoders if d in hyps]
     return pd.DataFrame(rows)
 
+# %% ../nbs/16_significance.ipynb #4149c92b
 def scheme_table(
     scores:pd.DataFrame, # `run_scores` output
 )->pd.DataFrame:         # (scheme, decoder) rows: runs, mean and sample standard deviation of BLEU and chrF
@@ -161,6 +163,7 @@ def scheme_table(
 BLEU_METRIC = BLEU()   # sacreBLEU's default BLEU: cased, 13a tokens, up to 4-grams
 CHRF_METRIC = CHRF()   # sacreBLEU's default chrF: cased, character 6-grams, beta = 2
 
+# %% ../nbs/16_significance.ipynb #8439c321
 def bleu_statistics(
     hypothesis:str,            # one hypothesis
     reference:str,             # its reference
@@ -436,6 +439,7 @@ def claim_status(
     if (rows.difference < 0).all(): return "not established: the difference points the other way"
     return "not established"
 
+# %% ../nbs/16_significance.ipynb #236d9070
 def seed_evidence(
     rows:pd.DataFrame, # one metric's rows of `seed_permutation` output, indexed by decoder
 )->str:                # e.g. 'over seeds (3 vs 3): permutation p=0.050 greedy, 0.250 beam; ...'

@@ -99,10 +99,14 @@ if triton is not None:
 # about two programs per multiprocessor of an H100 (132): below this, split the heads
 _PROGRAMS = 264
 
+# %% ../nbs/04d_triton_rope.ipynb #39fe352b
 # next power of two, and ceil(a / b), in plain Python: launches are on the host's critical path
 def _p2(n:int)->int: return 1 << max(n - 1, 0).bit_length()
+
+# %% ../nbs/04d_triton_rope.ipynb #f80de337
 def _cdiv(a:int, b:int)->int: return -(-a // b)
 
+# %% ../nbs/04d_triton_rope.ipynb #9a792595
 @functools.lru_cache(maxsize=1024)
 def tile_config(batch, seq_len, n_heads, head_dim):
     "Default `(BLOCK_S, BLOCK_H, head_groups, num_warps)` for a launch"
@@ -183,25 +187,30 @@ class _TritonRotaryQK(torch.autograd.Function):
 # %% ../nbs/04d_triton_rope.ipynb #bd585316
 def _out_like(x): return torch.empty_like(x if x.stride(-1) == 1 else x.contiguous())
 
+# %% ../nbs/04d_triton_rope.ipynb #4b95d692
 def _triton_rotary_qk_impl(q:Tensor, k:Tensor, cos:Tensor, sin:Tensor, positions:Optional[Tensor],
                            offset:Optional[Tensor], interleaved:bool, conjugate:bool
                            ) -> tuple[Tensor, Tensor]:
     return triton_rotary(q, k, cos, sin, positions, offset, interleaved, conjugate)
 
+# %% ../nbs/04d_triton_rope.ipynb #274a6c63
 def _triton_rotary_qk_fake(q, k, cos, sin, positions, offset, interleaved, conjugate):
     return _out_like(q), _out_like(k)
 
+# %% ../nbs/04d_triton_rope.ipynb #e5523523
 def _op_setup(ctx, inputs, output):
     q, k, cos, sin, positions, offset, interleaved, conjugate = inputs
     ctx.save_for_backward(cos, sin, positions, offset)
     ctx.interleaved, ctx.conjugate = interleaved, conjugate
 
+# %% ../nbs/04d_triton_rope.ipynb #d8ae12ca
 def _op_backward(ctx, grad_q, grad_k):
     cos, sin, positions, offset = ctx.saved_tensors
     dq, dk = _triton_rotary_qk_op(grad_q, grad_k, cos, sin, positions, offset, ctx.interleaved,
                                   not ctx.conjugate)
     return dq, dk, None, None, None, None, None, None
 
+# %% ../nbs/04d_triton_rope.ipynb #373c0f0b
 # registered once per process (the notebook and the module share it)
 if not hasattr(torch.ops.rope_lit, 'triton_rotary_qk'):
     _op = torch.library.custom_op("rope_lit::triton_rotary_qk", _triton_rotary_qk_impl,

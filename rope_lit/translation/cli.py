@@ -24,6 +24,7 @@ def _device_name(text:str)->str:
         raise argparse.ArgumentTypeError(f"expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {text!r}")
     return text
 
+# %% ../../nbs/12a_mt_cli.ipynb #4c5f3ccb
 def build_parser()->argparse.ArgumentParser:
     "The `rope-lit-translate` argument parser"
     p = Parser(prog='rope-lit-translate', description="Train, evaluate and use a De→En Transformer "

@@ -43,6 +43,7 @@ def read_lines(
 # %% ../../nbs/10_mt_data.ipynb #89758141
 MULTI30K_SPLITS = ('train', 'val', 'test_2016_flickr')
 
+# %% ../../nbs/10_mt_data.ipynb #3951023f
 def split_file(
     data_dir:str|Path, # folder holding the raw files
     split:str,         # 'train', 'val', 'test_2016_flickr', ...
@@ -83,6 +84,7 @@ _NOUNS = {'hund': 'dog', 'katze': 'cat', 'mann': 'man', 'frau': 'woman', 'kind':
 _VERBS = {'sieht': 'sees', 'trägt': 'carries', 'jagt': 'chases', 'findet': 'finds',
           'malt': 'paints', 'zieht': 'pulls'}
 
+# %% ../../nbs/10_mt_data.ipynb #56684500
 def synthetic_pairs(
     n:int,      # number of sentence pairs
     seed:int=0, # the corpus is a function of the seed
@@ -141,6 +143,7 @@ MULTI30K_SHA256 = {
     'test_2016_flickr.en.gz': '611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9',
 }
 
+# %% ../../nbs/10_mt_data.ipynb #3e066365
 def sha256(path:str|Path)->str:
     "Hex SHA-256 digest of the file at `path`"
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
@@ -167,12 +170,14 @@ def download_multi30k(
 # %% ../../nbs/10_mt_data.ipynb #0aab495e
 REPO_ROOT = Path(__file__).resolve().parents[2] if '__file__' in globals() else Path.cwd().resolve().parent
 
+# %% ../../nbs/10_mt_data.ipynb #55dc29d8
 def multi30k_download_dir()->Path:
     "Where `rope-lit-translate download` puts Multi30k: `$ROPE_LIT_MULTI30K`, else `~/.cache/rope_lit/multi30k`"
     if os.environ.get('ROPE_LIT_MULTI30K'): return Path(os.environ['ROPE_LIT_MULTI30K'])
     cache = os.environ.get('XDG_CACHE_HOME') or Path.home()/'.cache'
     return Path(cache)/'rope_lit'/'multi30k'
 
+# %% ../../nbs/10_mt_data.ipynb #e7b237ab
 def multi30k_dir(data_dir:str|Path|None=None)->Path|None:
     "The folder holding the raw Multi30k files, or None if it cannot be found"
     if data_dir is not None:
@@ -187,6 +192,7 @@ def multi30k_dir(data_dir:str|Path|None=None)->Path|None:
 SPECIALS = ('<pad>', '<s>', '</s>', '<unk>')
 PAD, BOS, EOS, UNK = range(4)
 
+# %% ../../nbs/10_mt_data.ipynb #6e299569
 def train_tokenizer(
     texts:list[str],        # training sentences (both languages)
     vocab_size:int=8000,    # size of the subword vocabulary, special tokens included

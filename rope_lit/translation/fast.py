@@ -27,6 +27,7 @@ __all__ = ['DROPOUT_PATH', 'DROPOUT_SOURCE', 'LOSS_PATH', 'LOSS_SOURCE', 'DECODE
 _GAMMA, _MIX1, _MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 _i64 = lambda v: v - (1 << 64) if v >= 1 << 63 else v    # the int64 with v's 64 bits
 
+# %% ../../nbs/11a_mt_fast.ipynb #43892b7c
 def uniform16(
     n:int,          # how many
     seed:int,       # the counter's start, an int64
@@ -39,10 +40,12 @@ def uniform16(
     z = (z ^ (z >> 27 & (1 << 37) - 1)) * _i64(_MIX2)
     return (z ^ (z >> 31 & (1 << 33) - 1)).view(torch.int16)[:n]
 
+# %% ../../nbs/11a_mt_fast.ipynb #736ad12b
 def dropout_seed(device=None)->int:
     "One int64 from torch's generator for `device` (`torch.manual_seed` fixes it)"
     return int(torch.empty((), dtype=torch.int64, device=device).random_(-2**63, 2**63 - 1))
 
+# %% ../../nbs/11a_mt_fast.ipynb #6d7e489e
 def dropout_mask(
     shape:tuple,   # shape of the tensor to drop from
     p:float,       # drop probability, in [0, 1]
@@ -75,6 +78,7 @@ def _cut_scale(p:float)->tuple[int, float]:
     cut = round(p * 65536)
     return cut, 65536 / (65536 - cut)
 
+# %% ../../nbs/11a_mt_fast.ipynb #8f0dd288
 class _Dropout(torch.autograd.Function):
     "residual + m ⊙ f(x + bias); backward: the mask made again from the seed, or read off the output"
     @staticmethod
@@ -111,6 +115,7 @@ class _Dropout(torch.autograd.Function):
         if want_b and gb is None: gb = gx.sum(tuple(range(gx.ndim - 1)))   # ∂/∂bias
         return gx, g if ctx.needs_input_grad[1] else None, None, None, None, None, gb
 
+# %% ../../nbs/11a_mt_fast.ipynb #35a277f5
 def dropout_add(
     x:Tensor,                     # the input
     p:float,                      # drop probability, in [0, 1]
@@ -137,6 +142,7 @@ def dropout_add(
     if seed is None: seed = dropout_seed(x.device)
     return _Dropout.apply(x, residual, float(p), bool(relu), seed, native is not False, bias)
 
+# %% ../../nbs/11a_mt_fast.ipynb #c57c45f8
 class FastDropout(nn.Dropout):
     "`nn.Dropout` with `dropout_add` in CPU training; `F.dropout` elsewhere and under `torch.compile`"
     def fused(self, x:Tensor)->bool:
@@ -190,6 +196,7 @@ class _DropoutAttention(torch.autograd.Function):
         gk = torch.baddbmm(none, gs.transpose(1, 2), q, beta=0, alpha=scale)
         return gq.view(B, H, T, -1), gk.view(B, H, S, -1), gv.view(B, H, S, -1), None, None, None
 
+# %% ../../nbs/11a_mt_fast.ipynb #3eebeb13
 def _score_bias(mask:Tensor|None, is_causal:bool, q_len:int, kv_len:int, device)->Tensor|None|bool:
     "The mask as 0 / -inf to add to the scores; False if some query would have no key (or a float mask)"
     if is_causal: return torch.full((q_len, kv_len), float('-inf'), device=device).triu_(1)
@@ -197,6 +204,7 @@ def _score_bias(mask:Tensor|None, is_causal:bool, q_len:int, kv_len:int, device)
     if mask.dtype != torch.bool or not bool(mask.any(-1).all()): return False
     return torch.zeros(mask.shape, device=device).masked_fill_(~mask, float('-inf'))
 
+# %% ../../nbs/11a_mt_fast.ipynb #d19e90ca
 class FastDropoutAttention(RotaryMultiHeadAttention):
     "`RotaryMultiHeadAttention` whose dropout on the weights is the counter-based one in CPU training"
     def attend(self, q, k, v, mask, is_causal, dropout_p, need_weights):
@@ -233,6 +241,7 @@ class _SmoothedLoss(torch.autograd.Function):
         ctx.scale = g.item() or 1.0   # the first: no new (tokens × vocabulary) tensor
         return (ctx.grad.mul_(g) if ctx.scale != 1.0 else ctx.grad * g), None, None
 
+# %% ../../nbs/11a_mt_fast.ipynb #8a725d26
 def fast_smoothed_loss(
     logits:Tensor,        # (batch, tgt_len, vocab)
     target:Tensor,        # (batch, tgt_len) ids, PAD where there is no token
@@ -289,6 +298,7 @@ def _decode_weights(model:Seq2SeqTransformer, dtype:torch.dtype)->tuple[list[dic
                      embed=cast(model.embed.weight), pe=cast(model.pe))
     return layers, final
 
+# %% ../../nbs/11a_mt_fast.ipynb #718a6fd3
 class DecodingWeights:
     "A model's decoder weights prepared for `IncrementalDecoder`: copies (rebuild after training)"
     def __init__(self,
@@ -441,6 +451,7 @@ def _rope_config(r)->tuple|None:
     return (r.rotary_dim, r.interleaved, r.pair_streams is None, r.scaling, r.attention_factor,
             tuple(r.inv_freq.tolist()))
 
+# %% ../../nbs/11a_mt_fast.ipynb #0e05d3fe
 def _native_unfit(dec)->str|None:
     "Why the C++ step cannot decode for `dec`, or None"
     if dec.dtype != torch.float32: return f"it decodes in float32, not {dec.dtype}"
@@ -454,6 +465,7 @@ def _native_unfit(dec)->str|None:
         return "it cannot be built here (no C++ compiler, or ROPE_LIT_NATIVE=0)"
     return None
 
+# %% ../../nbs/11a_mt_fast.ipynb #d4eee3a8
 @patch
 def _attach_native(self:IncrementalDecoder, native:bool|None):
     "Give the weights, caches and cross-attention tensors to a `NativeDecoder` if `native` asks"
@@ -488,6 +500,7 @@ def _attach_native(self:IncrementalDecoder, native:bool|None):
     fixed = not self._dynamic and self.max_len > 1
     self._tables = self._native_tables(self.max_len - 1) if fixed else None
 
+# %% ../../nbs/11a_mt_fast.ipynb #bef93b89
 @patch
 def _native_cross(self:IncrementalDecoder):
     "Give the C++ step the cross-attention's keys, values and source mask (again after `reorder`)"
@@ -495,12 +508,14 @@ def _native_cross(self:IncrementalDecoder):
     self.cross = [(k.contiguous(), v.contiguous()) for k, v in self.cross]   # shared, not copied twice
     self._native.set_cross([k for k, _ in self.cross], [v for _, v in self.cross], bias)
 
+# %% ../../nbs/11a_mt_fast.ipynb #2e67168e
 @patch
 def _native_tables(self:IncrementalDecoder, n:int)->list:
     "cos, sin rows of positions 0 .. n-1 for self- and cross-attention (None: no RoPE)"
     return [x for r in self._rots
             for x in ((None, None) if r is None else r.cos_sin(n, device=self.kv[0].device))]
 
+# %% ../../nbs/11a_mt_fast.ipynb #48920353
 @patch
 def greedy(self:IncrementalDecoder,
     ys:Tensor,     # (rows, max_len) int64 ids, column 0 set (`<s>`); the rest is written
@@ -516,6 +531,7 @@ def greedy(self:IncrementalDecoder,
 # %% ../../nbs/11a_mt_fast.ipynb #d532261c
 PIECES = ('dropout', 'attention', 'loss', 'embedding', 'decoding')   # what `speed_up` can switch on
 
+# %% ../../nbs/11a_mt_fast.ipynb #30412a22
 class FastSeq2SeqTransformer(Seq2SeqTransformer):
     "A `Seq2SeqTransformer` with the wing's loss and step decoder (made by `speed_up`)"
     fast = frozenset()   # which of 'loss' and 'decoding' are on, set by `speed_up`
@@ -533,6 +549,7 @@ class FastSeq2SeqTransformer(Seq2SeqTransformer):
 _SWAPS = [('dropout', nn.Dropout, FastDropout), ('dropout', FeedForward, FastFeedForward),
           ('attention', RotaryMultiHeadAttention, FastDropoutAttention)]
 
+# %% ../../nbs/11a_mt_fast.ipynb #1ad61973
 def speed_up(
     model:Seq2SeqTransformer, # switched in place
     on:bool=True,             # False: back to the plain model
@@ -556,12 +573,14 @@ def speed_up(
     if own: model.fast = own
     return model
 
+# %% ../../nbs/11a_mt_fast.ipynb #05566a24
 def wing_pieces(model:Seq2SeqTransformer)->tuple:
     "The pieces of the speed wing that are on for `model`, in the order of `PIECES`"
     on = {p for m in model.modules() for p, _, fast in _SWAPS if type(m) is fast}
     if type(model.embed) is FastEmbedding: on.add('embedding')
     return tuple(p for p in PIECES if p in on or p in getattr(model, 'fast', ()))
 
+# %% ../../nbs/11a_mt_fast.ipynb #05f0403d
 @contextlib.contextmanager
 def decoding_options(
     model:FastSeq2SeqTransformer,      # a model with the wing's decoding piece on

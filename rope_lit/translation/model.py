@@ -188,6 +188,7 @@ def smoothed_loss(
     return F.cross_entropy(logits.float().flatten(0, 1), target.flatten(), ignore_index=PAD,
                            label_smoothing=smoothing, reduction='sum')
 
+# %% ../../nbs/11_mt_model.ipynb #2c6c36e9
 @patch
 def forward(self:Seq2SeqTransformer,
     src:Tensor,                 # (batch, src_len) source ids
@@ -215,6 +216,7 @@ class CachedDecoder:
     def reorder(self, rows:Tensor):          # row i continues the history of row rows[i]
         for sc, cc in self.cache: sc.reorder(rows); cc.reorder(rows)
 
+# %% ../../nbs/11_mt_model.ipynb #4902ee6e
 @patch
 def start_decoding(self:Seq2SeqTransformer,
     memory:Tensor, memory_mask:Tensor, # from `encode`

@@ -40,9 +40,11 @@ def runs_table(runs:list[dict])->str:
                     f"{t['greedy']['chrf']:.2f} / {t['beam']['chrf']:.2f} |")
     return '\n'.join(rows)
 
+# %% ../../nbs/13_mt_results.ipynb #47a72e59
 def _ms(xs):   # mean ± standard deviation, or the one value
     return f"{statistics.mean(xs):.2f} ± {statistics.stdev(xs):.2f}" if len(xs) > 1 else f"{xs[0]:.2f}"
 
+# %% ../../nbs/13_mt_results.ipynb #2f3bfd0b
 def scheme_table(runs:list[dict], split:str='test_2016_flickr')->str:
     "Markdown table: mean ± sample standard deviation over seeds, per position scheme"
     by = {}
@@ -99,6 +101,7 @@ def attention_grid(
     if title: fig.suptitle(title, fontsize=10)
     return fig
 
+# %% ../../nbs/13_mt_results.ipynb #d9072561
 def plot_attention(
     att:dict,               # a run's attention maps (`attention.json`)
     kind:str='cross',       # 'encoder', 'decoder' or 'cross'

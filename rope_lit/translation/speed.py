@@ -23,6 +23,7 @@ __all__ = ['AT_REFERENCE', 'MATMUL_OPS', 'speed_table', 'benchmark_training', 'P
 AT_REFERENCE = {'small': dict(train_tokens_per_s=3700, decode_s=0.47),
                 'base': dict(train_tokens_per_s=760, decode_s=4.2)}   # the reference timings
 
+# %% ../../nbs/13b_mt_speed.ipynb #63b20dca
 def speed_table(vs:dict, kind:str='train')->str:
     "Markdown table of an interleaved measurement: ours against the Annotated Transformer (AT) or the floors"
     kinds = ('train', 'train_floor', 'decode', 'decode_floor', 'decode_bf16')
@@ -77,11 +78,13 @@ def _training_step(N, d_model, d_ff, h, vocab_size, batch, src_len, tgt_len, pos
     tgt = torch.randint(4, vocab_size, (batch, tgt_len + 1))
     return lambda: train_step(model, model, opt, sched, [(src, tgt)], cfg, torch.device('cpu'))
 
+# %% ../../nbs/13b_mt_speed.ipynb #11b2f1a8
 def _check_steps(steps, warmup):
     for name, v, least in (('steps', steps, 1), ('warmup', warmup, 0)):
         if isinstance(v, bool) or not isinstance(v, int) or v < least:
             raise ValueError(f"{name} must be an int >= {least}, got {v!r}")
 
+# %% ../../nbs/13b_mt_speed.ipynb #65cbf889
 def benchmark_training(
     N:int=3, d_model:int=256, d_ff:int=1024, h:int=4, # model size
     vocab_size:int=8000,        # shared vocabulary
@@ -100,6 +103,7 @@ def benchmark_training(
 # %% ../../nbs/13b_mt_speed.ipynb #25c07df2
 MATMUL_OPS = ('mm', 'addmm', 'addmm_', 'bmm', 'baddbmm')   # aten operators timed as matrix products
 
+# %% ../../nbs/13b_mt_speed.ipynb #54441dfb
 class ProductTimer(TorchDispatchMode):
     "While active, sums the time of each call to an operator in `MATMUL_OPS`, forward and backward"
     def __init__(self):
@@ -118,6 +122,7 @@ class ProductTimer(TorchDispatchMode):
         "Start counting again from zero"
         self.seconds, self.calls = 0.0, 0
 
+# %% ../../nbs/13b_mt_speed.ipynb #fa046ddc
 def training_matmul_seconds(
     N:int=3, d_model:int=256, d_ff:int=1024, h:int=4, vocab_size:int=8000, # model size
     batch:int=32, src_len:int=20, tgt_len:int=20, # batch
@@ -133,6 +138,7 @@ def training_matmul_seconds(
             step()
     return timer.seconds / steps
 
+# %% ../../nbs/13b_mt_speed.ipynb #2dbc9846
 def training_seconds(
     N:int=3, d_model:int=256, d_ff:int=1024, h:int=4, vocab_size:int=8000, # model size
     batch:int=32, src_len:int=20, tgt_len:int=20, # batch

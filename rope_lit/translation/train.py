@@ -68,6 +68,7 @@ class TranslationConfig:
     threads:int|None = None        # torch CPU threads (None: torch's default)
     log_every:int = 20             # optimizer steps between metrics lines
 
+# %% ../../nbs/12_mt_train.ipynb #5d69b7a1
 PRESETS = {
     'tiny': dict(lr_factor=1.0, warmup=30),
     'cpu': dict(data='multi30k', N=3, d_model=256, d_ff=512, h=4, dropout=0.1, vocab_size=6000, max_tokens=3000, time_budget=3300,
@@ -76,6 +77,7 @@ PRESETS = {
                  epochs=30, warmup=600, lr_factor=1.0, eval_batch=500, log_every=20),
 }
 
+# %% ../../nbs/12_mt_train.ipynb #46938206
 def make_config(preset:str='tiny', **overrides)->TranslationConfig:
     "The `TranslationConfig` of `preset`, with `overrides` (None values ignored)"
     if preset not in PRESETS: raise ValueError(f"preset must be one of {list(PRESETS)}, got {preset!r}")
@@ -91,6 +93,7 @@ def noam_lr(step:int, d_model:int, warmup:int, factor:float=1.0)->float:
     step = max(step, 1)
     return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
 
+# %% ../../nbs/12_mt_train.ipynb #09a6b008
 def make_optimizer(model, cfg:TranslationConfig):
     "Adam(0.9, 0.98, 1e-9), fused into one kernel on CPU and CUDA, and a `LambdaLR` following `noam_lr`"
     params = list(model.parameters())
@@ -101,6 +104,7 @@ def make_optimizer(model, cfg:TranslationConfig):
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr)
     return opt, sched
 
+# %% ../../nbs/12_mt_train.ipynb #739d8354
 def load_optimizer_state(opt, state:dict):
     "`opt.load_state_dict(state)`, keeping `opt`'s own fused/foreach choice (a checkpoint carries its own)"
     kept = [(g.get('fused'), g.get('foreach')) for g in opt.param_groups]
@@ -133,11 +137,13 @@ def atomic_save(obj, path:str|Path):
         raise OSError(f"could not write {path} ({str(e).strip().splitlines()[0][:100]}); {free / 2**20:.0f} MiB free "
                       "there: the previous file, if any, is unchanged") from None
 
+# %% ../../nbs/12_mt_train.ipynb #de64080d
 def rng_state()->dict:
     "The Python, torch CPU and CUDA RNG states"
     return dict(python=random.getstate(), torch=torch.get_rng_state(),
                 cuda=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
 
+# %% ../../nbs/12_mt_train.ipynb #1556823e
 def set_rng_state(s:dict):
     "Restore states saved by `rng_state`"
     random.setstate(s['python']); torch.set_rng_state(s['torch'])
@@ -216,6 +222,7 @@ def train_step(
 # %% ../../nbs/12_mt_train.ipynb #c9a11002
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3   # mallopt's parameter numbers (glibc's malloc.h)
 
+# %% ../../nbs/12_mt_train.ipynb #9895a32d
 def tune_cpu_malloc(
     mmap_threshold:int=256 << 20,       # blocks this big get their own pages (glibc: 128 KiB, raised)
     trim_threshold:int=(1 << 31) - 1,   # free memory kept at the heap's top (glibc: 128 KiB, raised)
@@ -233,7 +240,6 @@ def tune_cpu_malloc(
     trim_ok = mallopt(M_TRIM_THRESHOLD, trim_threshold) == 1
     return mmap_ok and trim_ok
 
-
 # %% ../../nbs/12_mt_train.ipynb #5de005f0
 def check_device(name:str)->torch.device:
     "`torch.device(name)` ('auto': CUDA if available), or a ValueError saying why it cannot be used"
@@ -248,14 +254,17 @@ def check_device(name:str)->torch.device:
         raise ValueError(f"device {name!r}: there are only {torch.cuda.device_count()} CUDA devices")
     return d
 
+# %% ../../nbs/12_mt_train.ipynb #d8ab1c6a
 def _device(cfg): return check_device(cfg.device)
 
+# %% ../../nbs/12_mt_train.ipynb #00e94fcf
 def read_checkpoint(path:Path, map_location='cpu')->dict:
     "A checkpoint, read without unpickling anything but tensors and plain data (`load_checkpoint`), or a one-line error"
     try: return load_checkpoint(path, 'checkpoint', map_location)
     except ValueError as e:
         raise ValueError(f"{e}: restore it from a copy, or train the run again") from None
 
+# %% ../../nbs/12_mt_train.ipynb #ac5535af
 def read_tokenizer(path:Path)->Tokenizer:
     "The tokenizer saved at `path`, or a one-line error naming the file when it is missing or unreadable"
     if not Path(path).is_file(): raise FileNotFoundError(f"tokenizer {path} does not exist")
@@ -263,6 +272,7 @@ def read_tokenizer(path:Path)->Tokenizer:
     except Exception: raise ValueError(f"tokenizer {path} is truncated or corrupt (not a tokenizers JSON file): "
                                       "restore it from a copy, or train the run again") from None
 
+# %% ../../nbs/12_mt_train.ipynb #ce699d23
 def read_config(run_dir:Path)->TranslationConfig:
     "The `TranslationConfig` saved in `run_dir/config.json`, with one-line errors"
     path = Path(run_dir)/'config.json'
@@ -277,11 +287,13 @@ def read_config(run_dir:Path)->TranslationConfig:
             raise ValueError(f"{path}: {f.name} must be {f.type}, got {v!r}: restore the file from a copy")
     return cfg
 
+# %% ../../nbs/12_mt_train.ipynb #5bea5a00
 def hardware(device)->str:
     "A one-line description of the hardware a run used"
     if device.type == 'cuda': return f"{torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda}), torch {torch.__version__}"
     return f"{platform.processor() or platform.machine()} CPU, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
 
+# %% ../../nbs/12_mt_train.ipynb #3314efda
 @torch.no_grad()
 def eval_loss(model, examples, cfg, device)->float:
     "Mean label-smoothed loss per target token on `examples` (teacher forcing)"
@@ -293,9 +305,11 @@ def eval_loss(model, examples, cfg, device)->float:
         total += smoothed_loss(logits, tgt[:, 1:], cfg.label_smoothing).item(); ntok += (tgt[:, 1:] != PAD).sum().item()
     return total / max(ntok, 1)
 
+# %% ../../nbs/12_mt_train.ipynb #6e1edfca
 def _log(path, rec):
     with open(path, 'a') as f: f.write(json.dumps(rec) + '\n')
 
+# %% ../../nbs/12_mt_train.ipynb #ed069250
 def _trim_metrics(path:Path, state:dict):
     "Drop the records a killed run wrote after its last checkpoint: the resumed run writes them again"
     if not path.is_file(): return
@@ -330,6 +344,7 @@ def load_model(run_dir:str|Path, device='cpu')->tuple[Seq2SeqTransformer,Tokeniz
 EXAMPLE_DE = 'Eine Gruppe von Männern lädt Baumwolle auf einen Lastwagen'
 EXAMPLE_EN = 'A group of men are loading cotton onto a truck'
 
+# %% ../../nbs/12_mt_train.ipynb #e2eb7ced
 def example_attention(
     model:Seq2SeqTransformer, tok:Tokenizer, # trained model and its tokenizer
     source:str=EXAMPLE_DE,    # sentence to translate
@@ -345,6 +360,7 @@ def example_attention(
                 tgt_tokens=[tok.id_to_token(i) for i in (ys[0, :-1] if ys[0, -1] == EOS else ys[0]).tolist()],
                 **{k: (v.float() * 1000).round().div(1000).tolist() for k, v in maps.items()})
 
+# %% ../../nbs/12_mt_train.ipynb #edb09a34
 def evaluate(
     model:Seq2SeqTransformer, tok:Tokenizer, cfg:TranslationConfig, # what to evaluate
     run_dir:str|Path,             # hypotheses files go here
@@ -377,6 +393,7 @@ def evaluate(
 RUN_LENGTH_FIELDS = ('epochs', 'max_steps', 'time_budget', 'final_eval', 'checkpoint_every', 'epoch_checkpoints', 'device', 'threads', 'eval_batch')
 RUN_FILES = ('config.json', 'tokenizer.json', 'checkpoints', 'metrics.jsonl', 'results.json', 'attention.json')
 
+# %% ../../nbs/12_mt_train.ipynb #618738b6
 def run_files(run_dir:str|Path)->list[str]:
     "Names in `run_dir` that belong to a run: `RUN_FILES`, `hyp.*.en`, `results.n*.json`"
     d = Path(run_dir)
@@ -384,6 +401,7 @@ def run_files(run_dir:str|Path)->list[str]:
     return sorted(p.name for p in d.iterdir() if p.name in RUN_FILES or (p.name.startswith('hyp.') and p.name.endswith('.en'))
                   or (p.name.startswith('results.n') and p.name.endswith('.json')))
 
+# %% ../../nbs/12_mt_train.ipynb #77584457
 class RunDirInUse(FileExistsError):
     "`run_dir` holds the files of another run, and neither resume nor overwrite was asked for"
     def __init__(self, run_dir, names):
@@ -391,15 +409,18 @@ class RunDirInUse(FileExistsError):
         super().__init__(f"run_dir {run_dir} already holds a run ({', '.join(names)}): pass resume=True to "
                          "continue it, overwrite=True to start it again, or use a new folder")
 
+# %% ../../nbs/12_mt_train.ipynb #1eb6488a
 class NonFiniteLoss(ValueError):
     "The training loss (or the weights) became NaN or infinite; the run stopped without saving"
 
+# %% ../../nbs/12_mt_train.ipynb #3d991998
 class TrainingInterrupted(Exception):
     "SIGINT or SIGTERM stopped training after a checkpoint was saved at the current step"
     def __init__(self, signum:int, step:int, epoch:int, checkpoint:Path):
         self.signum, self.step, self.epoch, self.checkpoint = signum, step, epoch, checkpoint
         super().__init__(f"interrupted by {signal.Signals(signum).name} at step {step} (epoch {epoch}): saved {checkpoint}")
 
+# %% ../../nbs/12_mt_train.ipynb #5d9aee4d
 @contextlib.contextmanager
 def _signals_to(received:list):
     "While active, SIGINT and SIGTERM append their number to `received`; one ≥ 1 s after the first raises KeyboardInterrupt"
@@ -417,6 +438,7 @@ def _signals_to(received:list):
     finally:
         for s, h in old.items(): signal.signal(s, h)
 
+# %% ../../nbs/12_mt_train.ipynb #319363be
 def train(
     cfg:TranslationConfig,  # what to train (ignored on resume, except the run-length fields given in `overrides`)
     run_dir:str|Path,       # the run directory
