@@ -19,28 +19,7 @@
 
 using torch::Tensor;
 
-//@ part: helpers
-// y = LayerNorm(x) over d features, with float accumulation in two passes (mean, then variance).
-static inline void layer_norm_row(const float* x, float* y, const float* g, const float* b,
-                                  int64_t d, double eps) {
-  float mean = 0.f, var = 0.f;
-#pragma omp simd reduction(+ : mean)
-  for (int64_t i = 0; i < d; ++i) mean += x[i];
-  mean /= d;
-#pragma omp simd reduction(+ : var)
-  for (int64_t i = 0; i < d; ++i) var += (x[i] - mean) * (x[i] - mean);
-  const float rstd = 1.f / std::sqrt(var / d + (float)eps);
-#pragma omp simd
-  for (int64_t i = 0; i < d; ++i) y[i] = (x[i] - mean) * rstd * g[i] + b[i];
-}
-
-static inline float dot(const float* a, const float* b, int64_t n) {
-  float s = 0.f;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
+//@ part: softmax
 // e^x for the shifted scores of a softmax (x <= 0, or NaN), in a form the compiler vectorises:
 // x = n·ln 2 + r with |r| <= ln 2 / 2, e^r by Cephes' degree-6 polynomial for expf, 2^n from the
 // exponent bits. Within 2 units in the last place of std::exp; exactly 0 below -87.3 (a masked
@@ -72,6 +51,28 @@ static inline void max_and_sum(const float* l, int64_t n, float& m, float& sum) 
   m = -std::numeric_limits<float>::infinity(), sum = 0.f;
   for (int k = 0; k < L; ++k) { m = std::max(m, mx[k]); sum += sm[k]; }
   for (; j < n; ++j) { m = std::max(m, l[j]); sum += l[j]; }
+}
+
+//@ part: helpers
+// y = LayerNorm(x) over d features, with float accumulation in two passes (mean, then variance).
+static inline void layer_norm_row(const float* x, float* y, const float* g, const float* b,
+                                  int64_t d, double eps) {
+  float mean = 0.f, var = 0.f;
+#pragma omp simd reduction(+ : mean)
+  for (int64_t i = 0; i < d; ++i) mean += x[i];
+  mean /= d;
+#pragma omp simd reduction(+ : var)
+  for (int64_t i = 0; i < d; ++i) var += (x[i] - mean) * (x[i] - mean);
+  const float rstd = 1.f / std::sqrt(var / d + (float)eps);
+#pragma omp simd
+  for (int64_t i = 0; i < d; ++i) y[i] = (x[i] - mean) * rstd * g[i] + b[i];
+}
+
+static inline float dot(const float* a, const float* b, int64_t n) {
+  float s = 0.f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
 }
 
 // The index of the first maximum of l[0..n), a NaN counting as larger than any number (as

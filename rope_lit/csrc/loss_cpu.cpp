@@ -15,39 +15,9 @@
 
 using torch::Tensor;
 
-//@ part: helpers
-// e^x for the shifted scores of a softmax (x <= 0, or NaN), in a form the compiler vectorises:
-// x = n·ln 2 + r with |r| <= ln 2 / 2, e^r by Cephes' degree-6 polynomial for expf, 2^n from the
-// exponent bits. Within 2 units in the last place of std::exp; exactly 0 below -87.3 (a masked
-// key's -inf included); NaN stays NaN.
-static inline float exp_shifted(float x) {
-  const float n = (x * 1.44269504088896341f + 12582912.f) - 12582912.f;   // round(x / ln 2)
-  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;   // x - n·ln 2, in two parts
-  float y = 1.9875691500e-4f;
-  y = y * r + 1.3981999507e-3f; y = y * r + 8.3334519073e-3f; y = y * r + 4.1665795894e-2f;
-  y = y * r + 1.6666665459e-1f; y = y * r + 5.0000001201e-1f;
-  y = y * r * r + r + 1.f;
-  const bool normal = x >= -87.3f;   // false below, and for NaN
-  const uint32_t bits = (uint32_t)((int32_t)(normal ? n : 0.f) + 127) << 23;   // 2^n
-  float p;
-  std::memcpy(&p, &bits, sizeof p);
-  return x < -87.3f ? 0.f : y * p;
-}
-
-// The maximum and the sum of l[0..n) in one pass: 64 running maxima and sums in vector registers
-// (a NaN anywhere makes the sum NaN; the maximum skips it).
-static inline void max_and_sum(const float* l, int64_t n, float& m, float& sum) {
-  constexpr int L = 64;
-  float mx[L], sm[L];
-  for (int k = 0; k < L; ++k) { mx[k] = -std::numeric_limits<float>::infinity(); sm[k] = 0.f; }
-  int64_t j = 0;
-  for (; j + L <= n; j += L)
-#pragma omp simd
-    for (int k = 0; k < L; ++k) { mx[k] = std::max(mx[k], l[j + k]); sm[k] += l[j + k]; }
-  m = -std::numeric_limits<float>::infinity(), sum = 0.f;
-  for (int k = 0; k < L; ++k) { m = std::max(m, mx[k]); sum += sm[k]; }
-  for (; j < n; ++j) { m = std::max(m, l[j]); sum += l[j]; }
-}
+// exp_shifted and max_and_sum: the decoding step's (decoder_cpu.cpp, its part `softmax`), put here
+// by rope_lit.translation.fast when it builds this file.
+//@ insert: decoder_cpu.cpp softmax
 
 //@ part: loss
 // For each row r of the logits z (n, V) with target y = target[r] and smoothing ε:

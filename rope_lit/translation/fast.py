@@ -12,7 +12,7 @@ from torch import Tensor
 from fastcore.basics import patch
 from ..attention import RotaryMultiHeadAttention
 from ..kernels import rotary_append, CPU_KERNEL_PATH
-from ..cpp_build import native_extension, native_possible
+from ..cpp_build import native_extension, native_possible, cpp_parts
 from .data import PAD, BOS, EOS
 from .model import Seq2SeqTransformer, FeedForward, CachedDecoder, smoothed_loss
 
@@ -217,7 +217,9 @@ class FastDropoutAttention(RotaryMultiHeadAttention):
 
 # %% ../../nbs/11a_mt_fast.ipynb #c68d20c0
 LOSS_PATH = CPU_KERNEL_PATH.parent / 'loss_cpu.cpp'   # beside the rotary kernel's source
-LOSS_SOURCE = LOSS_PATH.read_text(encoding='utf-8')   # what the build compiles
+_SOFTMAX = cpp_parts((CPU_KERNEL_PATH.parent / 'decoder_cpu.cpp').read_text(encoding='utf-8'))['softmax']
+LOSS_SOURCE = LOSS_PATH.read_text(encoding='utf-8').replace(   # what the build compiles: the file with
+    '//@ insert: decoder_cpu.cpp softmax', _SOFTMAX)           # the decoding step's two row helpers
 
 def native_loss(verbose:bool=False):   # print the compiler's commands and output
     "The native loss (`LOSS_SOURCE`): built on first use, then cached; None if it can't be"
