@@ -1,14 +1,15 @@
 #!/usr/bin/env python
 """One prepared run on a CUDA GPU (NVIDIA H100 or H200): every CUDA path of rope_lit against its float64 CPU
 reference, transformers models patched with rope_lit, the GPU cells of the pages, the kernels timed against their
-peers and the floor, and a ~1B-parameter model end to end. Parts run in that order, each in its own process under its
+peers and the floor, a ~1B-parameter model end to end, and the translation model's plain code (eager against
+torch.compile, decoding against the CPU). Parts run in that order, each in its own process under its
 own time limit, so that one that hangs or fails does not cost the others; everything goes under --out (at most
 seven files) and a summary table is printed last.
 
   python tools/gpu_run.py --out DIR                 # on the GPU machine, from the repository root
   python tools/gpu_run.py --dry-run --out DIR       # on a CPU: Triton's interpreter, tiny sizes, about a minute
 
---parts picks parts (default: correctness,hf,cells,kernels,e2e); --scale multiplies every time limit.
+--parts picks parts (default: correctness,hf,cells,kernels,e2e,translation); --scale multiplies every time limit.
 Packages the GPU machine lacks (it has no network) are installed from wheels in .whl/ when that folder exists.
 Files: correctness.csv, hf.csv, bench_results.csv, bench_meta.json, e2e.json, summary.json, run.log.
 """
@@ -16,7 +17,8 @@ import argparse, csv, json, os, shutil, subprocess, sys, tempfile, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LIMITS = dict(correctness=90, hf=45, cells=120, kernels=180, e2e=100)   # seconds, in priority order: 8.9 min
+LIMITS = dict(correctness=90, hf=45, cells=120, kernels=180, e2e=100, translation=45)   # seconds, in priority
+# order: 9.7 min at most (a part that ends early leaves its time unused)
 TOLERANCE = {'float32': 1e-4, 'float16': 4e-3, 'bfloat16': 3e-2}         # largest relative error accepted
 
 # ------------------------------------------------------------------ the parts (each runs in a child process)
@@ -213,6 +215,44 @@ def part_e2e(out:Path, dry:bool)->dict:
     (out / 'e2e.json').write_text(json.dumps(result, indent=1))
     return result
 
+def part_translation(out:Path, dry:bool)->dict:
+    """The translation model's plain code on the device: a bf16-autocast training step eager and under torch.compile
+    (same loss and gradients; the time of each), and greedy and beam decoding on the device against the CPU"""
+    torch, device, _ = _setup(dry)
+    import copy
+    from rope_lit.translation.model import Seq2SeqTransformer, greedy_decode, beam_search
+    size, (V, B, T) = ((dict(N=1, d_model=32, d_ff=64, h=4), (100, 4, 8)) if dry else
+                       (dict(N=6, d_model=512, d_ff=2048, h=8), (8000, 64, 24)))
+    tol = 1e-4 if dry else 3e-2
+    amp = dict(device_type='cuda' if not dry else 'cpu', dtype=torch.bfloat16, enabled=not dry)
+    rows = {}
+    for position in ('sinusoidal', 'rope'):
+        torch.manual_seed(0)
+        m = Seq2SeqTransformer(V, **size, dropout=0.0, position=position, max_len=128).to(device).train()
+        src, tgt = torch.randint(4, V, (B, T), device=device), torch.randint(4, V, (B, T + 1), device=device)
+        def step(fwd):
+            with torch.autocast(**amp): loss = fwd(src, tgt[:, :-1], tgt[:, 1:], 0.1)
+            grads = torch.autograd.grad(loss, list(m.parameters()))
+            return loss.float(), torch.cat([g.float().flatten() for g in grads])
+        def seconds(fwd, n=3 if dry else 10):
+            for _ in range(2): step(fwd)
+            _sync(torch, device); t0 = time.perf_counter()
+            for _ in range(n): step(fwd)
+            _sync(torch, device); return (time.perf_counter() - t0) / n
+        compiled = m if dry else torch.compile(m, dynamic=True)   # the dry run: no compilation (minutes on a CPU)
+        (le, ge), (lc, gc) = step(m), step(compiled)
+        r = dict(loss_rel=_rel(lc.reshape(1), le.reshape(1)), grad_rel=float((gc - ge).norm() / ge.norm()),
+                 eager_step_ms=round(1e3 * seconds(m), 2), compiled_step_ms=round(1e3 * seconds(compiled), 2))
+        m.eval(); cpu = copy.deepcopy(m).cpu().float()
+        with torch.no_grad():
+            r['greedy_same_as_cpu'] = bool(torch.equal(greedy_decode(m, src[:4], 24).cpu(),
+                                                       greedy_decode(cpu, src[:4].cpu(), 24)))
+            r['beam_same_as_cpu'] = bool(torch.equal(beam_search(m, src[:4], 4, max_len=24).cpu(),
+                                                     beam_search(cpu, src[:4].cpu(), 4, max_len=24)))
+        r['ok'] = r['loss_rel'] <= tol and r['grad_rel'] <= tol
+        rows[position] = r
+    return dict(rows=rows, failed=[p for p, r in rows.items() if not r['ok']])
+
 def _sync(torch, device):
     if device == 'cuda': torch.cuda.synchronize()
 
@@ -220,7 +260,8 @@ def _write_csv(path:Path, rows:list):
     with open(path, 'w', newline='') as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0])); w.writeheader(); w.writerows(rows)
 
-PARTS = dict(correctness=part_correctness, hf=part_hf, cells=part_cells, kernels=part_kernels, e2e=part_e2e)
+PARTS = dict(correctness=part_correctness, hf=part_hf, cells=part_cells, kernels=part_kernels, e2e=part_e2e,
+             translation=part_translation)
 
 # ------------------------------------------------------------------ the driver
 def _wheels():
