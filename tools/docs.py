@@ -466,6 +466,14 @@ def export_faults(raw):
         return [f'all {hidden} exported cells are hidden (`#| export`): show the code the page explains with `#| exports`']
     return []
 
+OUTPUTS_LIMIT = 500_000   # bytes of stored outputs per notebook (base64 figures included)
+
+def size_faults(raw):
+    "A notebook whose stored outputs exceed OUTPUTS_LIMIT: it is slow to open and to diff"
+    n = sum(len(json.dumps(c.get('outputs', []))) for c in raw['cells'])
+    return [f'outputs of {n // 1000} KB, over {OUTPUTS_LIMIT // 1000} KB: shrink the figures '
+            f'(python tools/shrink_figures.py) or summarise big outputs'] if n > OUTPUTS_LIMIT else []
+
 def ending_faults(raw):
     "A page whose last visible cell is shown code (a test or an example) rather than prose or a result"
     for c in reversed(raw['cells']):
@@ -691,7 +699,7 @@ def render_pages(files, out, jobs):
             pg.update(title=page.title, md=page.md)
             pg['problems'] += [f'Python traceback in an output ({t})' for t in page.tracebacks]
             raw = json.loads(f.read_text(encoding='utf-8'))
-            pg['problems'] += reader_faults(nb) + export_faults(raw) + ending_faults(raw) + twice_faults(nb)
+            pg['problems'] += reader_faults(nb) + export_faults(raw) + ending_faults(raw) + twice_faults(nb) + size_faults(raw)
             for rel, b in page.files.items():
                 (out/rel).parent.mkdir(parents=True, exist_ok=True); (out/rel).write_bytes(b)
         pages.append(pg)
@@ -925,6 +933,11 @@ def cmd_selftest(args):
                                'text/markdown': '---\n\n### half\n\n```python\ndef half(x:int)->float:\n```\n\n*Half of `x`*',
                                'text/plain': 'half'})])),
         'ends_on_code': _nb(('markdown', '# Ends on code\n\n> summary'), para, ('code', 'assert double(2) == 4')),
+        'big_outputs': _nb(('markdown', '# Big outputs\n\n> summary'), para,
+                           *[('code', f'x{i}', [dict(output_type='execute_result', execution_count=None, metadata={},
+                                                     data={'text/html': '<p>' + 'a' * 150_000 + '</p>',
+                                                           'text/plain': 'x'})]) for i in range(4)],
+                           ('markdown', 'The end.')),
         'broken_link': _nb(('markdown', '# Broken link\n\n> summary'),
                            ('markdown', 'See [the good page](00_good.ipynb#no-such-section), [a good one](00_good.ipynb) '
                                         'and [the results](results/missing.csv).')),
@@ -939,7 +952,7 @@ def cmd_selftest(args):
               'wide_code': 'block wider than the column', 'wide_table': 'table wider than the column',
               'wide_math': 'equation wider than the column', 'inline_list': 'list rendered inline',
               'broken_link': ('no such anchor', 'no such file'), 'shown_twice': 'function shown twice',
-              'ends_on_code': 'page ends on code',
+              'ends_on_code': 'page ends on code', 'big_outputs': 'over 500 KB',
               'site_link': 'good.html#helper (no such anchor)'}
     with tempfile.TemporaryDirectory() as d:
         d = Path(d); nbs = d/'nbs'; nbs.mkdir()
