@@ -1,4 +1,4 @@
-"""Faster CPU training and decoding for the translation model, switched on by `speed_up(model)`: a counter-based dropout in C++, also on the attention weights, the loss in one pass, and a decoding step in C++
+"""Faster CPU training and decoding for the translation model, switched on by `speed_up(model)`: a counter-based dropout in C++, also on the attention weights, the loss in one pass, the embedding's gradient as rows, and a decoding step in C++
 
 Docs: https://rope-lit.github.io/rope_lit/mt_fast.html.md"""
 
