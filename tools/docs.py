@@ -466,13 +466,13 @@ def export_faults(raw):
         return [f'all {hidden} exported cells are hidden (`#| export`): show the code the page explains with `#| exports`']
     return []
 
-OUTPUTS_LIMIT = 500_000   # bytes of stored outputs per notebook (base64 figures included)
-
 def size_faults(raw):
-    "A notebook whose stored outputs exceed OUTPUTS_LIMIT: it is slow to open and to diff"
-    n = sum(len(json.dumps(c.get('outputs', []))) for c in raw['cells'])
-    return [f'outputs of {n // 1000} KB, over {OUTPUTS_LIMIT // 1000} KB: shrink the figures '
-            f'(python tools/shrink_figures.py) or summarise big outputs'] if n > OUTPUTS_LIMIT else []
+    "A notebook whose stored outputs exceed shrink_figures.LIMIT: it is slow to open and to diff"
+    sys.path.insert(0, str(Path(__file__).parent))
+    from shrink_figures import LIMIT, outputs_bytes   # the same count the shrinking tool reports
+    n = outputs_bytes(raw)
+    return [f'outputs of {n // 1000} KB, over {LIMIT // 1000} KB: shrink the figures '
+            f'(python tools/shrink_figures.py) or summarise big outputs'] if n > LIMIT else []
 
 def ending_faults(raw):
     "A page whose last visible cell is shown code (a test or an example) rather than prose or a result"
