@@ -197,11 +197,14 @@ class _DropoutAttention(torch.autograd.Function):
         return gq.view(B, H, T, -1), gk.view(B, H, S, -1), gv.view(B, H, S, -1), None, None, None
 
 # %% ../../nbs/11a_mt_fast.ipynb #3eebeb13
-def _score_bias(mask:Tensor|None, is_causal:bool, q_len:int, kv_len:int, device)->Tensor|None|bool:
-    "The mask as 0 / -inf to add to the scores; False if some query would have no key (or a float mask)"
+def _core_fits(mask:Tensor|None, is_causal:bool)->bool:
+    "Whether the dropout core takes this mask: causal, none, or boolean with a key for every query"
+    return is_causal or mask is None or (mask.dtype == torch.bool and bool(mask.any(-1).all()))
+
+def _score_bias(mask:Tensor|None, is_causal:bool, q_len:int, kv_len:int, device)->Tensor|None:
+    "The mask as 0 / -inf to add to the scores (None: nothing to add)"
     if is_causal: return torch.full((q_len, kv_len), float('-inf'), device=device).triu_(1)
     if mask is None: return None
-    if mask.dtype != torch.bool or not bool(mask.any(-1).all()): return False
     return torch.zeros(mask.shape, device=device).masked_fill_(~mask, float('-inf'))
 
 # %% ../../nbs/11a_mt_fast.ipynb #d19e90ca
@@ -209,10 +212,10 @@ class FastDropoutAttention(RotaryMultiHeadAttention):
     "`RotaryMultiHeadAttention` whose dropout on the weights is the counter-based one in CPU training"
     def attend(self, q, k, v, mask, is_causal, dropout_p, need_weights):
         if (dropout_p and not need_weights and q.device.type == 'cpu' and q.dtype == torch.float32
-                and k.shape[1] == q.shape[1] and not torch.compiler.is_compiling()):
+                and k.shape[1] == q.shape[1] and not torch.compiler.is_compiling()
+                and _core_fits(mask, is_causal)):
             bias = _score_bias(mask, is_causal, q.shape[2], k.shape[2], q.device)
-            if bias is not False:
-                return _DropoutAttention.apply(q, k, v, bias, dropout_p, dropout_seed()), None
+            return _DropoutAttention.apply(q, k, v, bias, dropout_p, dropout_seed()), None
         return super().attend(q, k, v, mask, is_causal, dropout_p, need_weights)
 
 # %% ../../nbs/11a_mt_fast.ipynb #c68d20c0
