@@ -501,35 +501,6 @@ def _qk_as_bhsd(self:RotaryEmbedding, q, k):
     if q.dtype != k.dtype: raise TypeError(f"q and k must have the same dtype, got {q.dtype} and {k.dtype}")
     return qb, kb
 
-# %% ../nbs/02_rope.ipynb #befdcb0c
-@patch
-def forward(self:RotaryEmbedding,
-    q:Tensor,                   # queries in the module's layout, e.g. (batch, heads_q, seq, dim)
-    k:Tensor,                   # keys, same layout; heads may differ from q's (GQA/MQA)
-    positions:Tensor|None=None, # integer (seq,) or (batch, seq); default 0..seq-1; >= 0: see above
-    offset:int|Tensor=0,        # added to every position: int, or integer tensor (batch,)
-    grid:tuple|None=None,       # 2-D axial only: (H, W), patches in row-major order, seq = H·W
-)->tuple[Tensor, Tensor]:       # rotated (q, k), same shapes, dtypes and layout
-    "Rotate `q` and `k` at their positions"
-    if (positions is None and grid is None and type(offset) is int and self._one_stream
-            and isinstance(q, Tensor) and isinstance(k, Tensor)
-            and not torch.compiler.is_compiling()):
-        return self._forward_cached(q, k, offset)  # the common call: checks once per shape
-    qb, kb = self._qk_as_bhsd(q, k)           # checked views as (batch, heads, seq, head_dim)
-    where = (qb.shape[2], positions, offset, qb.shape[0], q.device, q.dtype)
-    if self.pair_streams is None and grid is None: cos, sin = self.cos_sin(*where)
-    else: cos, sin = self.stream_cos_sin(*where, grid=grid)  # M-RoPE or 2-D: positions per stream
-    qr, kr = self.backend_for(q.device.type)(qb, kb, cos, sin, interleaved=self.interleaved)
-    back = _FROM_BHSD[self.seq_dim]
-    return qr.permute(*back), kr.permute(*back)
-
-# %% ../nbs/02_rope.ipynb #h14fa5t2
-def _direct_kernel(rotate, interleaved:bool):
-    "The native kernel without its argument handling (`native_qk_direct`) if `rotate` is it, else None"
-    try: from rope_lit.kernels import rotary_qk_native, native_qk_direct
-    except ImportError: return None
-    return native_qk_direct(interleaved) if rotate is rotary_qk_native else None
-
 # %% ../nbs/02_rope.ipynb #147f90c8
 @patch
 def _forward_cached(self:RotaryEmbedding, q:Tensor, k:Tensor, offset:int)->tuple[Tensor, Tensor]:
@@ -560,6 +531,35 @@ def _forward_cached(self:RotaryEmbedding, q:Tensor, k:Tensor, offset:int)->tuple
         return qr, kr
     to, back = _TO_BHSD[self.seq_dim], _FROM_BHSD[self.seq_dim]
     qr, kr = rotate(q.permute(*to), k.permute(*to), *rows, interleaved=self.interleaved)
+    return qr.permute(*back), kr.permute(*back)
+
+# %% ../nbs/02_rope.ipynb #h14fa5t2
+def _direct_kernel(rotate, interleaved:bool):
+    "The native kernel without its argument handling (`native_qk_direct`) if `rotate` is it, else None"
+    try: from rope_lit.kernels import rotary_qk_native, native_qk_direct
+    except ImportError: return None
+    return native_qk_direct(interleaved) if rotate is rotary_qk_native else None
+
+# %% ../nbs/02_rope.ipynb #befdcb0c
+@patch
+def forward(self:RotaryEmbedding,
+    q:Tensor,                   # queries in the module's layout, e.g. (batch, heads_q, seq, dim)
+    k:Tensor,                   # keys, same layout; heads may differ from q's (GQA/MQA)
+    positions:Tensor|None=None, # integer (seq,) or (batch, seq); default 0..seq-1; >= 0: see above
+    offset:int|Tensor=0,        # added to every position: int, or integer tensor (batch,)
+    grid:tuple|None=None,       # 2-D axial only: (H, W), patches in row-major order, seq = H·W
+)->tuple[Tensor, Tensor]:       # rotated (q, k), same shapes, dtypes and layout
+    "Rotate `q` and `k` at their positions"
+    if (positions is None and grid is None and type(offset) is int and self._one_stream
+            and isinstance(q, Tensor) and isinstance(k, Tensor)
+            and not torch.compiler.is_compiling()):
+        return self._forward_cached(q, k, offset)  # the common call: checks once per shape
+    qb, kb = self._qk_as_bhsd(q, k)           # checked views as (batch, heads, seq, head_dim)
+    where = (qb.shape[2], positions, offset, qb.shape[0], q.device, q.dtype)
+    if self.pair_streams is None and grid is None: cos, sin = self.cos_sin(*where)
+    else: cos, sin = self.stream_cos_sin(*where, grid=grid)  # M-RoPE or 2-D: positions per stream
+    qr, kr = self.backend_for(q.device.type)(qb, kb, cos, sin, interleaved=self.interleaved)
+    back = _FROM_BHSD[self.seq_dim]
     return qr.permute(*back), kr.permute(*back)
 
 # %% ../nbs/02_rope.ipynb #25c62310
