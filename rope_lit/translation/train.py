@@ -219,10 +219,9 @@ def train_step(
     opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
     return loss_sum, n_tgt, step_tok
 
-# %% ../../nbs/12_mt_train.ipynb #c9a11002
+# %% ../../nbs/12_mt_train.ipynb #9895a32d
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3   # mallopt's parameter numbers (glibc's malloc.h)
 
-# %% ../../nbs/12_mt_train.ipynb #9895a32d
 def tune_cpu_malloc(
     mmap_threshold:int=256 << 20,       # blocks this big get their own pages (glibc: 128 KiB, raised)
     trim_threshold:int=(1 << 31) - 1,   # free memory kept at the heap's top (glibc: 128 KiB, raised)
