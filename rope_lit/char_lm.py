@@ -145,10 +145,9 @@ class Block(nn.Module):
         x = x + self.drop(self.attn(self.ln1(x), attn_mask=bias, is_causal=bias is None))
         return x + self.mlp(self.ln2(x))
 
-# %% ../nbs/14_char_lm.ipynb #a78da76d
+# %% ../nbs/14_char_lm.ipynb #8331294d
 POSITIONS = ('sinusoidal', 'rope', 'hexu', 'none', 'alibi')
 
-# %% ../nbs/14_char_lm.ipynb #8331294d
 class CharLM(nn.Module):
     "Decoder-only character LM whose position scheme is one of `POSITIONS`"
     def __init__(self,
