@@ -15,7 +15,7 @@ from .rope import rotary_qk as rotary_qk_eager
 # %% auto #0
 __all__ = ['FORMS', 'ROTARY', 'PATCHED', 'rows_from_hf', 'make_apply_rotary_pos_emb', 'make_apply_rotary_pos_emb_single',
            'rotary_forward', 'probe_pairing', 'pairing_of', 'kernel_hook_status', 'forward_calling', 'rewrapped',
-           'patch', 'unpatch', 'patched_modules', 'benchmark_llama']
+           'patched_modules', 'unpatch', 'patch', 'benchmark_llama']
 
 # %% ../nbs/06_transformers.ipynb #72348e1c
 def rows_from_hf(
@@ -142,12 +142,11 @@ def kernel_hook_status()->str:
     return f"off: transformers {metadata.version('transformers')} needs {wants}; " + (
         f"kernels {have} is installed" if have else "kernels is not installed")
 
-# %% ../nbs/06_transformers.ipynb #01324cb5
+# %% ../nbs/06_transformers.ipynb #352049fe
 PATCHED = 'rope_lit.hf.patched'       # the modules that hold patched forwards' globals are named under it
 _OWN = ('__name__', '__spec__', '__loader__', '__package__')   # a module's own names, not copied
 _modules_lock = threading.Lock()
 
-# %% ../nbs/06_transformers.ipynb #352049fe
 def forward_calling(
     forward,                # a class's `forward` function (undecorated)
     rotary,                 # what its `apply_rotary_pos_emb` should be
@@ -232,6 +231,28 @@ def _put(model:nn.Module, plan:list)->nn.Module:
         m.__dict__[slot] = put
     return model
 
+# %% ../nbs/06_transformers.ipynb #4801a19f
+def patched_modules(model:nn.Module)->list:
+    "Names of the modules of `model` that `patch` changed"
+    return [name for name, m in model.named_modules() if _SAVED in m.__dict__]
+
+# %% ../nbs/06_transformers.ipynb #7efcae1e
+def unpatch(
+    model:nn.Module,        # a model, patched or not
+)->nn.Module:               # `model`, as it was before `patch`
+    "Undo `patch`: every module gets back exactly the `forward` (or `_old_forward`) it had"
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"rope_lit.hf.unpatch needs a torch.nn.Module, got {type(model).__name__}")
+    for m in model.modules():
+        if _SAVED not in m.__dict__: continue
+        slot, had, before, put = m.__dict__.pop(_SAVED)
+        for name in ('forward', '_old_forward'):   # wherever the patch's forward is now
+            if m.__dict__.get(name) is not put: continue
+            if name == slot and had: m.__dict__[name] = before
+            elif name == 'forward': del m.__dict__[name]   # (a hook removed since: the class's again)
+            else: m.__dict__[name] = types.MethodType(type(m).forward, m)   # (a hook added since)
+    return model
+
 # %% ../nbs/06_transformers.ipynb #f5957825
 def patch(
     model:nn.Module,        # a transformers model (any module whose attention calls
@@ -264,28 +285,6 @@ def patch(
                          "calls a module-level apply_rotary_pos_emb, the function through which "
                          "transformers' RoPE families rotate; rope_lit finds nothing to replace")
     return _put(model, plan)
-
-# %% ../nbs/06_transformers.ipynb #7efcae1e
-def unpatch(
-    model:nn.Module,        # a model, patched or not
-)->nn.Module:               # `model`, as it was before `patch`
-    "Undo `patch`: every module gets back exactly the `forward` (or `_old_forward`) it had"
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"rope_lit.hf.unpatch needs a torch.nn.Module, got {type(model).__name__}")
-    for m in model.modules():
-        if _SAVED not in m.__dict__: continue
-        slot, had, before, put = m.__dict__.pop(_SAVED)
-        for name in ('forward', '_old_forward'):   # wherever the patch's forward is now
-            if m.__dict__.get(name) is not put: continue
-            if name == slot and had: m.__dict__[name] = before
-            elif name == 'forward': del m.__dict__[name]   # (a hook removed since: the class's again)
-            else: m.__dict__[name] = types.MethodType(type(m).forward, m)   # (a hook added since)
-    return model
-
-# %% ../nbs/06_transformers.ipynb #4801a19f
-def patched_modules(model:nn.Module)->list:
-    "Names of the modules of `model` that `patch` changed"
-    return [name for name, m in model.named_modules() if _SAVED in m.__dict__]
 
 # %% ../nbs/06_transformers.ipynb #c1b6e7af
 def _swap_rotation(model:nn.Module, rotary)->nn.Module:
