@@ -67,7 +67,6 @@ def _int64(offset)->int:
         raise IndexError(f"offset {v} is outside every cos/sin table and cache (it does not fit in 64 bits)")
     return v
 
-# %% ../nbs/04_kernels.ipynb #86638d81
 def _shift(offset):
     "An int offset inside a traced graph: a symbolic one stays symbolic (no recompile per value)"
     return offset if isinstance(offset, torch.SymInt) else _int64(offset)
@@ -125,10 +124,8 @@ def _native_rotary_qk_impl(q:Tensor, k:Tensor, cos:Tensor, sin:Tensor, positions
                                   False, offsets if offsets is not None else shift)
     return tuple(ext.rotary_qk_forward(q, k, cos, sin, positions, offsets, shift, interleaved, conjugate, False))
 
-# %% ../nbs/04_kernels.ipynb #d960ff39
 def _dense_last(t): return t if t.stride(-1) == 1 or t.size(-1) == 1 else t.contiguous()
 
-# %% ../nbs/04_kernels.ipynb #cf7571c4
 def _native_rotary_qk_fake(q, k, cos, sin, positions, offsets, shift, interleaved, conjugate):
     return torch.empty_like(_dense_last(q)), torch.empty_like(_dense_last(k))   # as the C++ allocates them
 
@@ -138,7 +135,6 @@ def _native_setup(ctx, inputs, output):
     ctx.save_for_backward(cos, sin, positions, offsets)
     ctx.shift, ctx.interleaved, ctx.conjugate = shift, interleaved, conjugate
 
-# %% ../nbs/04_kernels.ipynb #7214445c
 def _native_backward(ctx, grad_q, grad_k):
     cos, sin, positions, offsets = ctx.saved_tensors
     dq, dk = torch.ops.rope_lit.native_rotary_qk(grad_q.contiguous(), grad_k.contiguous(), cos, sin,
@@ -146,7 +142,6 @@ def _native_backward(ctx, grad_q, grad_k):
                                                  not ctx.conjugate)
     return dq, dk, None, None, None, None, None, None, None
 
-# %% ../nbs/04_kernels.ipynb #0fd0d945
 if not hasattr(torch.ops.rope_lit, 'native_rotary_qk'):    # once per process
     _native_op = torch.library.custom_op("rope_lit::native_rotary_qk", _native_rotary_qk_impl,
                                          mutates_args=(), device_types='cpu')
