@@ -31,10 +31,9 @@ def drop_signature(
     "`md` without its first Python code block, the signature"
     return _re_signature.sub('\n\n', md, count=1).rstrip('\n') + '\n'
 
-# %% ../nbs/pages.ipynb #bdf56bb9
+# %% ../nbs/pages.ipynb #5992d44e
 _re_show_doc = re.compile(r'^show_doc\(\s*([\w.]+)', re.M)
 
-# %% ../nbs/pages.ipynb #5992d44e
 class show_source_once(Processor):
     "nbdev doc processor: a `show_doc` block of something whose source the page shows loses its signature"
     def begin(self):
@@ -48,10 +47,9 @@ class show_source_once(Processor):
                 md = o.get('data', {}).get('text/markdown')
                 if md: o['data']['text/markdown'] = drop_signature(''.join(md) if isinstance(md, list) else md)
 
-# %% ../nbs/pages.ipynb #a21af167
+# %% ../nbs/pages.ipynb #186d3b68
 _re_private_link = re.compile(r'\[(`[^`\]\n]+`)\]\([^)\s]*?\.html#(?:[\w]+\.)?_[\w.]*\)')
 
-# %% ../nbs/pages.ipynb #186d3b68
 def unlink_private(
     md:str, # Markdown after nbdev's `add_links`
 )->str:     # links to private names' anchors replaced by the bare name

@@ -159,11 +159,10 @@ def scheme_table(
         runs=('run', 'size'), BLEU=('BLEU', 'mean'), BLEU_sd=('BLEU', 'std'),
         chrF=('chrF', 'mean'), chrF_sd=('chrF', 'std')).rename(columns=lambda c: c.replace('_', ' '))
 
-# %% ../nbs/16_significance.ipynb #0000001d
+# %% ../nbs/16_significance.ipynb #8439c321
 BLEU_METRIC = BLEU()   # sacreBLEU's default BLEU: cased, 13a tokens, up to 4-grams
 CHRF_METRIC = CHRF()   # sacreBLEU's default chrF: cased, character 6-grams, beta = 2
 
-# %% ../nbs/16_significance.ipynb #8439c321
 def bleu_statistics(
     hypothesis:str,            # one hypothesis
     reference:str,             # its reference
