@@ -40,11 +40,10 @@ def runs_table(runs:list[dict])->str:
                     f"{t['greedy']['chrf']:.2f} / {t['beam']['chrf']:.2f} |")
     return '\n'.join(rows)
 
-# %% ../../nbs/13_mt_results.ipynb #47a72e59
+# %% ../../nbs/13_mt_results.ipynb #2f3bfd0b
 def _ms(xs):   # mean ± standard deviation, or the one value
     return f"{statistics.mean(xs):.2f} ± {statistics.stdev(xs):.2f}" if len(xs) > 1 else f"{xs[0]:.2f}"
 
-# %% ../../nbs/13_mt_results.ipynb #2f3bfd0b
 def scheme_table(runs:list[dict], split:str='test_2016_flickr')->str:
     "Markdown table: mean ± sample standard deviation over seeds, per position scheme"
     by = {}
