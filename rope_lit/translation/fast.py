@@ -23,11 +23,10 @@ __all__ = ['DROPOUT_PATH', 'DROPOUT_SOURCE', 'LOSS_PATH', 'LOSS_SOURCE', 'DECODE
            'IncrementalDecoder', 'native_decoder', 'FastSeq2SeqTransformer', 'speed_up', 'wing_pieces',
            'decoding_options']
 
-# %% ../../nbs/11a_mt_fast.ipynb #f9abd02e
+# %% ../../nbs/11a_mt_fast.ipynb #43892b7c
 _GAMMA, _MIX1, _MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 _i64 = lambda v: v - (1 << 64) if v >= 1 << 63 else v    # the int64 with v's 64 bits
 
-# %% ../../nbs/11a_mt_fast.ipynb #43892b7c
 def uniform16(
     n:int,          # how many
     seed:int,       # the counter's start, an int64
@@ -372,6 +371,77 @@ class IncrementalDecoder:
     def _merge(self, a:Tensor)->Tensor:   # (rows, h, len, dk) → (rows, len, d_model)
         return a.transpose(1, 2).flatten(2)
 
+# %% ../../nbs/11a_mt_fast.ipynb #b36c7f8d
+def _rope_config(r)->tuple|None:
+    "What the C++ step takes from a rotary embedding, to compare layers"
+    if r is None: return None
+    return (r.rotary_dim, r.interleaved, r.pair_streams is None, r.scaling, r.attention_factor,
+            tuple(r.inv_freq.tolist()))
+
+# %% ../../nbs/11a_mt_fast.ipynb #0e05d3fe
+def _native_unfit(dec)->str|None:
+    "Why the C++ step cannot decode for `dec`, or None"
+    if dec.dtype != torch.float32: return f"it decodes in float32, not {dec.dtype}"
+    if dec.kv[0].device.type != 'cpu': return f"it runs on the CPU, not {dec.kv[0].device}"
+    for kind in ('self_attn', 'cross_attn'):   # one set of RoPE settings for every layer
+        confs = {_rope_config(getattr(l, kind).rotary) for l in dec.model.decoder}
+        if len(confs) > 1: return f"its layers' {kind} rotary embeddings differ"
+        conf = confs.pop()
+        if conf is not None and not conf[2]: return "it has no M-RoPE or 2-D RoPE"
+    if not native_possible():
+        return "it cannot be built here (no C++ compiler, or ROPE_LIT_NATIVE=0)"
+    return None
+
+# %% ../../nbs/11a_mt_fast.ipynb #d4eee3a8
+@patch
+def _attach_native(self:IncrementalDecoder, native:bool|None):
+    "Give the weights, caches and cross-attention tensors to a `NativeDecoder` if `native` asks"
+    if native is not None and not isinstance(native, bool):
+        raise ValueError(f"native must be True, False or None, got {native!r}")
+    self.native, self._native = False, None
+    rots = [a.rotary for a in (self.model.decoder[0].self_attn, self.model.decoder[0].cross_attn)]
+    self._rots = rots
+    self._dynamic = any(r is not None and r.scaling == 'dynamic_ntk' for r in rots)
+    if native is False: return
+    why = _native_unfit(self)
+    ext = native_decoder() if why is None else None
+    if why is None and ext is None: why = "it could not be built (see the warning)"
+    if why is not None:
+        if native: raise ValueError(f"native=True, but the C++ decoding step cannot run: {why}")
+        return
+    ws, eps = [], []
+    for w in self.layers:
+        for key in ('qkv', 'self_out', 'cross_q', 'cross_out', 'ff1', 'ff2'):
+            W, b = w[key]
+            ws += [W.contiguous(), W.new_zeros(W.shape[0]) if b is None else b.contiguous()]
+        for g, b, e in w['norms']: ws += [g.contiguous(), b.contiguous()]; eps.append(float(e))
+    g, b, e = self.final['norm']
+    pe = self.final['pe']
+    self._native = ext.NativeDecoder(
+        ws, eps + [float(e)], self.kv, self.final['embed'].contiguous(),
+        None if pe is None else pe.contiguous(), g.contiguous(), b.contiguous(), self.h,
+        *[x for r in rots for x in ((0, False) if r is None else (r.rotary_dim, r.interleaved))])
+    self._native_cross()
+    self.native = True
+    # RoPE's cos/sin rows of every position, once; a dynamic scaling's rows change with the length
+    fixed = not self._dynamic and self.max_len > 1
+    self._tables = self._native_tables(self.max_len - 1) if fixed else None
+
+# %% ../../nbs/11a_mt_fast.ipynb #bef93b89
+@patch
+def _native_cross(self:IncrementalDecoder):
+    "Give the C++ step the cross-attention's keys, values and source mask (again after `reorder`)"
+    bias = None if self.mask_bias is None else self.mask_bias.reshape(self.rows, -1).contiguous()
+    self.cross = [(k.contiguous(), v.contiguous()) for k, v in self.cross]   # shared, not copied twice
+    self._native.set_cross([k for k, _ in self.cross], [v for _, v in self.cross], bias)
+
+# %% ../../nbs/11a_mt_fast.ipynb #2e67168e
+@patch
+def _native_tables(self:IncrementalDecoder, n:int)->list:
+    "cos, sin rows of positions 0 .. n-1 for self- and cross-attention (None: no RoPE)"
+    return [x for r in self._rots
+            for x in ((None, None) if r is None else r.cos_sin(n, device=self.kv[0].device))]
+
 # %% ../../nbs/11a_mt_fast.ipynb #9f89a794
 def _attend_one(q:Tensor, k:Tensor, v:Tensor, bias:Tensor|None)->Tensor:
     "softmax(q kᵀ + bias) v for (rows, h, 1, d) queries already scaled by 1/√d"
@@ -449,77 +519,6 @@ def native_decoder(verbose:bool=False):   # print the compiler's commands and ou
     return native_extension(DECODER_SOURCE, 'rope_lit_decoder', 'native decoder',
                             'decoding uses PyTorch operations instead', None, verbose)
 
-# %% ../../nbs/11a_mt_fast.ipynb #b36c7f8d
-def _rope_config(r)->tuple|None:
-    "What the C++ step takes from a rotary embedding, to compare layers"
-    if r is None: return None
-    return (r.rotary_dim, r.interleaved, r.pair_streams is None, r.scaling, r.attention_factor,
-            tuple(r.inv_freq.tolist()))
-
-# %% ../../nbs/11a_mt_fast.ipynb #0e05d3fe
-def _native_unfit(dec)->str|None:
-    "Why the C++ step cannot decode for `dec`, or None"
-    if dec.dtype != torch.float32: return f"it decodes in float32, not {dec.dtype}"
-    if dec.kv[0].device.type != 'cpu': return f"it runs on the CPU, not {dec.kv[0].device}"
-    for kind in ('self_attn', 'cross_attn'):   # one set of RoPE settings for every layer
-        confs = {_rope_config(getattr(l, kind).rotary) for l in dec.model.decoder}
-        if len(confs) > 1: return f"its layers' {kind} rotary embeddings differ"
-        conf = confs.pop()
-        if conf is not None and not conf[2]: return "it has no M-RoPE or 2-D RoPE"
-    if not native_possible():
-        return "it cannot be built here (no C++ compiler, or ROPE_LIT_NATIVE=0)"
-    return None
-
-# %% ../../nbs/11a_mt_fast.ipynb #d4eee3a8
-@patch
-def _attach_native(self:IncrementalDecoder, native:bool|None):
-    "Give the weights, caches and cross-attention tensors to a `NativeDecoder` if `native` asks"
-    if native is not None and not isinstance(native, bool):
-        raise ValueError(f"native must be True, False or None, got {native!r}")
-    self.native, self._native = False, None
-    rots = [a.rotary for a in (self.model.decoder[0].self_attn, self.model.decoder[0].cross_attn)]
-    self._rots = rots
-    self._dynamic = any(r is not None and r.scaling == 'dynamic_ntk' for r in rots)
-    if native is False: return
-    why = _native_unfit(self)
-    ext = native_decoder() if why is None else None
-    if why is None and ext is None: why = "it could not be built (see the warning)"
-    if why is not None:
-        if native: raise ValueError(f"native=True, but the C++ decoding step cannot run: {why}")
-        return
-    ws, eps = [], []
-    for w in self.layers:
-        for key in ('qkv', 'self_out', 'cross_q', 'cross_out', 'ff1', 'ff2'):
-            W, b = w[key]
-            ws += [W.contiguous(), W.new_zeros(W.shape[0]) if b is None else b.contiguous()]
-        for g, b, e in w['norms']: ws += [g.contiguous(), b.contiguous()]; eps.append(float(e))
-    g, b, e = self.final['norm']
-    pe = self.final['pe']
-    self._native = ext.NativeDecoder(
-        ws, eps + [float(e)], self.kv, self.final['embed'].contiguous(),
-        None if pe is None else pe.contiguous(), g.contiguous(), b.contiguous(), self.h,
-        *[x for r in rots for x in ((0, False) if r is None else (r.rotary_dim, r.interleaved))])
-    self._native_cross()
-    self.native = True
-    # RoPE's cos/sin rows of every position, once; a dynamic scaling's rows change with the length
-    fixed = not self._dynamic and self.max_len > 1
-    self._tables = self._native_tables(self.max_len - 1) if fixed else None
-
-# %% ../../nbs/11a_mt_fast.ipynb #bef93b89
-@patch
-def _native_cross(self:IncrementalDecoder):
-    "Give the C++ step the cross-attention's keys, values and source mask (again after `reorder`)"
-    bias = None if self.mask_bias is None else self.mask_bias.reshape(self.rows, -1).contiguous()
-    self.cross = [(k.contiguous(), v.contiguous()) for k, v in self.cross]   # shared, not copied twice
-    self._native.set_cross([k for k, _ in self.cross], [v for _, v in self.cross], bias)
-
-# %% ../../nbs/11a_mt_fast.ipynb #2e67168e
-@patch
-def _native_tables(self:IncrementalDecoder, n:int)->list:
-    "cos, sin rows of positions 0 .. n-1 for self- and cross-attention (None: no RoPE)"
-    return [x for r in self._rots
-            for x in ((None, None) if r is None else r.cos_sin(n, device=self.kv[0].device))]
-
 # %% ../../nbs/11a_mt_fast.ipynb #48920353
 @patch
 def greedy(self:IncrementalDecoder,
@@ -532,9 +531,6 @@ def greedy(self:IncrementalDecoder,
     n = self._native.greedy(ys, min_len, EOS, PAD, *self._tables)
     self.t = n - 1
     return n
-
-# %% ../../nbs/11a_mt_fast.ipynb #d532261c
-PIECES = ('dropout', 'attention', 'loss', 'embedding', 'decoding')   # what `speed_up` can switch on
 
 # %% ../../nbs/11a_mt_fast.ipynb #30412a22
 class FastSeq2SeqTransformer(Seq2SeqTransformer):
@@ -550,11 +546,11 @@ class FastSeq2SeqTransformer(Seq2SeqTransformer):
             return super().start_decoding(memory, memory_mask, max_len)
         return IncrementalDecoder(self, memory, memory_mask, max_len, **self.decoding)
 
-# %% ../../nbs/11a_mt_fast.ipynb #b925e326
+# %% ../../nbs/11a_mt_fast.ipynb #1ad61973
+PIECES = ('dropout', 'attention', 'loss', 'embedding', 'decoding')   # what `speed_up` can switch on
 _SWAPS = [('dropout', nn.Dropout, FastDropout), ('dropout', FeedForward, FastFeedForward),
           ('attention', RotaryMultiHeadAttention, FastDropoutAttention)]
 
-# %% ../../nbs/11a_mt_fast.ipynb #1ad61973
 def speed_up(
     model:Seq2SeqTransformer, # switched in place
     on:bool=True,             # False: back to the plain model
