@@ -100,10 +100,9 @@ def benchmark_training(
         step()
     return batch * (src_len + tgt_len) * steps / (time.perf_counter() - t0)
 
-# %% ../../nbs/13b_mt_speed.ipynb #25c07df2
+# %% ../../nbs/13b_mt_speed.ipynb #54441dfb
 MATMUL_OPS = ('mm', 'addmm', 'addmm_', 'bmm', 'baddbmm')   # aten operators timed as matrix products
 
-# %% ../../nbs/13b_mt_speed.ipynb #54441dfb
 class ProductTimer(TorchDispatchMode):
     "While active, sums the time of each call to an operator in `MATMUL_OPS`, forward and backward"
     def __init__(self):
