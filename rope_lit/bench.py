@@ -101,12 +101,11 @@ def _module(cos, sin, dtype, device, interleaved):
     rope = RotaryEmbedding(2 * cos.shape[-1], interleaved=interleaved).to(device)
     return lambda q, k: rope(q, k)
 
-# %% ../nbs/04a_benchmark.ipynb #e2279e56
+# %% ../nbs/04a_benchmark.ipynb #8424b432
 FLOOR = 'copy q, k (floor)'
 AUTOGRAD_FLOOR = 'copy q, k through autograd (floor)'
 OURS = 'rope_lit fused'
 
-# %% ../nbs/04a_benchmark.ipynb #8424b432
 def all_methods()->list:
     "Every method of the benchmark: the two floors first, then rope_lit's own, then the peers"
     return [
@@ -193,11 +192,10 @@ def available(method:Method, device:str)->str:
         if importlib.util.find_spec(mod) is None: return f"{mod} not installed"
     return ''
 
-# %% ../nbs/04a_benchmark.ipynb #allocenv2
+# %% ../nbs/04a_benchmark.ipynb #fbd51288
 CPU_TUNABLES = ('glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=268435456:'
                 'glibc.malloc.trim_threshold=4294967296')
 
-# %% ../nbs/04a_benchmark.ipynb #fbd51288
 def cpu_environment()->str:
     "This process's allocator setting: 'default' (GLIBC_TUNABLES unset), 'glibc' (`CPU_TUNABLES`) or 'custom'"
     tunables = os.environ.get('GLIBC_TUNABLES')
@@ -391,23 +389,6 @@ def sweep_tiles(shape, dtype=torch.bfloat16, interleaved=False, configs=None)->l
                         block_s=bs, block_h=bh, head_groups=g, num_warps=nw, us=t * 1e3))
     return sorted(out, key=lambda r: r['us'])
 
-# %% ../nbs/04a_benchmark.ipynb #04becde5
-def bench_append(
-    shapes=(('decode', 32, 1), ('prefill chunk', 1, 512)), # (name, batch, new tokens per row)
-    heads_q:int=32,       # query heads
-    heads_kv:int=8,       # key/value heads
-    head_dim:int=128,     # features per head (all rotated)
-    max_len:int=2048,     # cache slots per row
-    rounds:int=101,       # timed rounds (the methods interleaved); the median is reported
-    calls:int=10,         # calls per round
-    threads:int|None=1,   # torch threads while timing (None: as set)
-):                        # a DataFrame: median µs per call of each method, per shape
-    "Time rotate-and-append (native kernel) against rotate (native kernel) then copy, on CPU"
-    saved = torch.get_num_threads()
-    if threads: torch.set_num_threads(threads)
-    try: return _bench_append(shapes, heads_q, heads_kv, head_dim, max_len, rounds, calls)
-    finally: torch.set_num_threads(saved)
-
 # %% ../nbs/04a_benchmark.ipynb #23e03cb9
 def _bench_append(shapes, heads_q, heads_kv, head_dim, max_len, rounds, calls):
     import pandas as pd
@@ -448,6 +429,23 @@ def _bench_append(shapes, heads_q, heads_kv, head_dim, max_len, rounds, calls):
             out.append(dict(shape=f"{name} ({B}×{S} tokens)", offsets=offsets, method=method,
                             median_us=float(torch.tensor(ts).median())))
     return pd.DataFrame(out)
+
+# %% ../nbs/04a_benchmark.ipynb #04becde5
+def bench_append(
+    shapes=(('decode', 32, 1), ('prefill chunk', 1, 512)), # (name, batch, new tokens per row)
+    heads_q:int=32,       # query heads
+    heads_kv:int=8,       # key/value heads
+    head_dim:int=128,     # features per head (all rotated)
+    max_len:int=2048,     # cache slots per row
+    rounds:int=101,       # timed rounds (the methods interleaved); the median is reported
+    calls:int=10,         # calls per round
+    threads:int|None=1,   # torch threads while timing (None: as set)
+):                        # a DataFrame: median µs per call of each method, per shape
+    "Time rotate-and-append (native kernel) against rotate (native kernel) then copy, on CPU"
+    saved = torch.get_num_threads()
+    if threads: torch.set_num_threads(threads)
+    try: return _bench_append(shapes, heads_q, heads_kv, head_dim, max_len, rounds, calls)
+    finally: torch.set_num_threads(saved)
 
 # %% ../nbs/04a_benchmark.ipynb #22dfeecd
 def targets(rows:list, device:str)->list:
