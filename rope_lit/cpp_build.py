@@ -110,9 +110,6 @@ def _say(message:str):
     "One line on stderr, for the builds (they take a minute: never silent)"
     print(f"rope_lit: {message}", file=sys.stderr, flush=True)
 
-# %% ../nbs/04c_cpp_build.ipynb #cpp09
-_built, _build_lock = {}, threading.Lock()   # prefix -> module (None: not buildable)
-
 # %% ../nbs/04c_cpp_build.ipynb #70d449d8
 def _digest(path:Path)->str:
     "Size and SHA-256 of a file, as recorded beside a built library"
@@ -170,6 +167,8 @@ def _build(verbose, source, functions, prefix, what):
         return module
 
 # %% ../nbs/04c_cpp_build.ipynb #52877144
+_built, _build_lock = {}, threading.Lock()   # prefix -> module (None: not buildable)
+
 def native_extension(
     source:str,            # C++ source: the build compiles it as it is
     prefix:str,            # the cache entry's name: prefix_<hash>
