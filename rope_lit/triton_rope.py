@@ -55,8 +55,6 @@ if triton is not None:
             tl.store(row_out + 2 * R2 + p[None, None, :],
                      tl.load(row_in + 2 * R2 + p[None, None, :], mask=pm), mask=pm)
 
-# %% ../nbs/04d_triton_rope.ipynb #7e1abef7
-if triton is not None:
     @triton.jit
     def _rotary_qk_kernel(q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr, pos_ptr, off_ptr,
                           seq_len,
@@ -95,18 +93,15 @@ if triton is not None:
                          N_HEADS_K, BLOCK_S, R2, BLOCK_R2, HEAD_DIM, BLOCK_PASS, BLOCK_H,
                          INTERLEAVED, COPY_PASS)
 
-# %% ../nbs/04d_triton_rope.ipynb #897725b8
+# %% ../nbs/04d_triton_rope.ipynb #9a792595
 # about two programs per multiprocessor of an H100 (132): below this, split the heads
 _PROGRAMS = 264
 
-# %% ../nbs/04d_triton_rope.ipynb #39fe352b
 # next power of two, and ceil(a / b), in plain Python: launches are on the host's critical path
 def _p2(n:int)->int: return 1 << max(n - 1, 0).bit_length()
 
-# %% ../nbs/04d_triton_rope.ipynb #f80de337
 def _cdiv(a:int, b:int)->int: return -(-a // b)
 
-# %% ../nbs/04d_triton_rope.ipynb #9a792595
 @functools.lru_cache(maxsize=1024)
 def tile_config(batch, seq_len, n_heads, head_dim):
     "Default `(BLOCK_S, BLOCK_H, head_groups, num_warps)` for a launch"
