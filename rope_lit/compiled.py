@@ -33,7 +33,6 @@ def _rotate_pairs(x, c, s, interleaved:bool):
 def _onepass_split(q, k, c, s):
     return _rotate_pairs(q, c, s, False), _rotate_pairs(k, c, s, False)
 
-# %% ../nbs/04e_compiled.ipynb #8adb9819
 def _onepass_interleaved(q, k, c, s):
     return _rotate_pairs(q, c, s, True), _rotate_pairs(k, c, s, True)
 
