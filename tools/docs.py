@@ -19,6 +19,7 @@
         - figures under 150 dpi, or shown so much smaller than their size that the labels shrink;
         - a page whose exported code is all hidden (`#| export` only, no `#| exports`), or that shows a function twice
           (its signature by show_doc and its source: the site's doc processor, rope_lit.pages, shows the source once);
+        - a shown definition (`#| exports`) not followed by its example or test (past at most one cell of prose);
         - code/output blocks, tables or display equations wider than the column; lists rendered inline;
         - links to an anchor a page does not have; with no PATH given, also links to pages that do not exist,
           pages missing from the sidebar's chapters (orphans), sidebar entries with no page, markup in a sidebar title,
@@ -489,6 +490,24 @@ def ending_faults(raw):
         return ['page ends on code: close it with prose (what the page showed, where to read next)']
     return []
 
+def example_faults(raw):
+    """A definition the page shows (`#| exports`) with no example or test right after it: the next visible cell,
+    past at most one cell of prose, must be code that uses it (a page reads definition, then what it does)"""
+    from rope_lit.pages import defined_names
+    cells, lonely = raw['cells'], []
+    hidden = lambda c: c['cell_type'] == 'code' and re.search(r'(?m)^#\|\s*(hide|export|exporti)\s*$', _text(c.get('source', '')))
+    for i, c in enumerate(cells):
+        src = _text(c.get('source', ''))
+        if c['cell_type'] != 'code' or not re.search(r'(?m)^#\|\s*exports\s*$', src): continue
+        j, prose = i + 1, 0
+        while j < len(cells) and (cells[j]['cell_type'] != 'code' or hidden(cells[j])):
+            prose += cells[j]['cell_type'] == 'markdown'; j += 1
+        nxt = _text(cells[j].get('source', '')) if j < len(cells) else ''
+        if j == len(cells) or prose > 1 or re.search(r'(?m)^#\|\s*exports?\s*$', nxt):
+            lonely.append(', '.join(sorted(defined_names(src))) or f'cell {i}')
+    if lonely: return [f'shown definition with no example or test right after it: {len(lonely)}, e.g. {"; ".join(lonely[:4])}']
+    return []
+
 _re_show_doc = re.compile(r'^show_doc\(\s*([\w.]+)', re.M)
 
 def twice_faults(nb):
@@ -699,7 +718,7 @@ def render_pages(files, out, jobs):
             pg.update(title=page.title, md=page.md)
             pg['problems'] += [f'Python traceback in an output ({t})' for t in page.tracebacks]
             raw = json.loads(f.read_text(encoding='utf-8'))
-            pg['problems'] += reader_faults(nb) + export_faults(raw) + ending_faults(raw) + twice_faults(nb) + size_faults(raw)
+            pg['problems'] += reader_faults(nb) + export_faults(raw) + ending_faults(raw) + twice_faults(nb) + size_faults(raw) + example_faults(raw)
             for rel, b in page.files.items():
                 (out/rel).parent.mkdir(parents=True, exist_ok=True); (out/rel).write_bytes(b)
         pages.append(pg)
@@ -933,6 +952,9 @@ def cmd_selftest(args):
                                'text/markdown': '---\n\n### half\n\n```python\ndef half(x:int)->float:\n```\n\n*Half of `x`*',
                                'text/plain': 'half'})])),
         'ends_on_code': _nb(('markdown', '# Ends on code\n\n> summary'), para, ('code', 'assert double(2) == 4')),
+        'no_example': _nb(('markdown', '# No example\n\n> summary'), para, ('code', '#| exports\ndef quarter(x): return x/4'),
+                          ('markdown', 'Another topic.'), ('markdown', 'And more prose.'), ('code', 'assert 1 + 1 == 2'),
+                          ('markdown', 'The end.')),
         'big_outputs': _nb(('markdown', '# Big outputs\n\n> summary'), para,
                            *[('code', f'x{i}', [dict(output_type='execute_result', execution_count=None, metadata={},
                                                      data={'text/html': '<p>' + 'a' * 150_000 + '</p>',
@@ -953,6 +975,7 @@ def cmd_selftest(args):
               'wide_math': 'equation wider than the column', 'inline_list': 'list rendered inline',
               'broken_link': ('no such anchor', 'no such file'), 'shown_twice': 'function shown twice',
               'ends_on_code': 'page ends on code', 'big_outputs': 'over 500 KB',
+              'no_example': 'no example or test right after it: 1, e.g. quarter',
               'site_link': 'good.html#helper (no such anchor)'}
     with tempfile.TemporaryDirectory() as d:
         d = Path(d); nbs = d/'nbs'; nbs.mkdir()
