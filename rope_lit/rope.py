@@ -251,15 +251,6 @@ class RotaryEmbedding(nn.Module):
         self._build(len(self.cos_cached))
         return self
 
-# %% ../nbs/02_rope.ipynb #089b344b
-@patch
-def extra_repr(self:RotaryEmbedding):
-    return (f"dim={self.dim}, rotary_dim={self.rotary_dim}, base={self.base}, interleaved={self.interleaved}, "
-            f"seq_dim={self.seq_dim}, backend={self.backend!r}, cached={len(self.cos_cached)}"
-            + (f", scaling={self.scaling!r}, scaling_options={self.scaling_options}, attention_factor={self.attention_factor:g}" if self.scaling else "")
-            + (f", mrope_section={self.mrope_section}, mrope_interleaved={self.mrope_interleaved}" if self.mrope_section else "")
-            + (", axial_2d=True" if self.axial_2d else ""))
-
 # %% ../nbs/02_rope.ipynb #b7c2e4a1
 def _get_backend(self): return self._backend
 
@@ -307,6 +298,16 @@ def _fixed(name:str):
 for _name in ('base', 'scaling', 'scaling_options'): setattr(RotaryEmbedding, _name, _fixed(_name))
 
 _PER_CALL = ('_grid_tables', '_plans', '_fast_rows', '_backends')   # caches of kernels and rows: not state
+
+# %% ../nbs/02_rope.ipynb #089b344b
+@patch
+def extra_repr(self:RotaryEmbedding):
+    "The settings `print(module)` shows"
+    return (f"dim={self.dim}, rotary_dim={self.rotary_dim}, base={self.base}, interleaved={self.interleaved}, "
+            f"seq_dim={self.seq_dim}, backend={self.backend!r}, cached={len(self.cos_cached)}"
+            + (f", scaling={self.scaling!r}, scaling_options={self.scaling_options}, attention_factor={self.attention_factor:g}" if self.scaling else "")
+            + (f", mrope_section={self.mrope_section}, mrope_interleaved={self.mrope_interleaved}" if self.mrope_section else "")
+            + (", axial_2d=True" if self.axial_2d else ""))
 
 # %% ../nbs/02_rope.ipynb #30e6e66a
 @patch

@@ -1,4 +1,4 @@
-"""Speed of the pipeline, the first CPU runs (`cpu` preset, sinusoidal vs RoPE), curves, the report's example sentence and attention maps
+"""The first CPU runs (`cpu` preset, sinusoidal vs RoPE), curves, the report's example sentence and attention maps
 
 Docs: https://rope-lit.github.io/rope_lit/mt_results.html.md"""
 
