@@ -492,7 +492,7 @@ def ending_faults(raw):
 
 def example_faults(raw):
     """A definition the page shows (`#| exports`) with no example or test right after it: the next visible cell,
-    past at most one cell of prose, must be code that uses it (a page reads definition, then what it does)"""
+    past at most one cell of prose, must be shown code that uses it (a page reads definition, then what it does)"""
     from rope_lit.pages import defined_names
     cells, lonely = raw['cells'], []
     hidden = lambda c: c['cell_type'] == 'code' and re.search(r'(?m)^#\|\s*(hide|export|exporti)\s*$', _text(c.get('source', '')))
@@ -503,7 +503,7 @@ def example_faults(raw):
         while j < len(cells) and (cells[j]['cell_type'] != 'code' or hidden(cells[j])):
             prose += cells[j]['cell_type'] == 'markdown'; j += 1
         nxt = _text(cells[j].get('source', '')) if j < len(cells) else ''
-        if j == len(cells) or prose > 1 or re.search(r'(?m)^#\|\s*exports?\s*$', nxt):
+        if j == len(cells) or prose > 1 or re.search(r'(?m)^#\|\s*(exports?|echo:\s*false)\s*$', nxt):
             lonely.append(', '.join(sorted(defined_names(src))) or f'cell {i}')
     if lonely: return [f'shown definition with no example or test right after it: {len(lonely)}, e.g. {"; ".join(lonely[:4])}']
     return []
@@ -954,6 +954,7 @@ def cmd_selftest(args):
         'ends_on_code': _nb(('markdown', '# Ends on code\n\n> summary'), para, ('code', 'assert double(2) == 4')),
         'no_example': _nb(('markdown', '# No example\n\n> summary'), para, ('code', '#| exports\ndef quarter(x): return x/4'),
                           ('markdown', 'Another topic.'), ('markdown', 'And more prose.'), ('code', 'assert 1 + 1 == 2'),
+                          ('code', '#| exports\ndef fifth(x): return x/5'), ('code', '#| echo: false\nprint(fifth(5))'),
                           ('markdown', 'The end.')),
         'big_outputs': _nb(('markdown', '# Big outputs\n\n> summary'), para,
                            *[('code', f'x{i}', [dict(output_type='execute_result', execution_count=None, metadata={},
@@ -975,7 +976,7 @@ def cmd_selftest(args):
               'wide_math': 'equation wider than the column', 'inline_list': 'list rendered inline',
               'broken_link': ('no such anchor', 'no such file'), 'shown_twice': 'function shown twice',
               'ends_on_code': 'page ends on code', 'big_outputs': 'over 500 KB',
-              'no_example': 'no example or test right after it: 1, e.g. quarter',
+              'no_example': 'no example or test right after it: 2, e.g. quarter; fifth',
               'site_link': 'good.html#helper (no such anchor)'}
     with tempfile.TemporaryDirectory() as d:
         d = Path(d); nbs = d/'nbs'; nbs.mkdir()
