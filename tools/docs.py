@@ -492,7 +492,8 @@ def ending_faults(raw):
 
 def example_faults(raw):
     """A definition the page shows (`#| exports`) with no example or test right after it: the next visible cell,
-    past at most one cell of prose, must be shown code that uses it (a page reads definition, then what it does)"""
+    past at most one cell of prose, must be shown code (a page reads definition, then what it does). Whether that
+    code exercises the definition is left to the reader's review: the check cannot tell."""
     from rope_lit.pages import defined_names
     cells, lonely = raw['cells'], []
     hidden = lambda c: c['cell_type'] == 'code' and re.search(r'(?m)^#\|\s*(hide|export|exporti)\s*$', _text(c.get('source', '')))

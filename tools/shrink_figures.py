@@ -17,6 +17,7 @@ def shrink_png(b:bytes)->bytes:
     "`b` re-encoded with a 256-colour palette, or `b` itself if that is not smaller"
     from PIL import Image
     im = Image.open(io.BytesIO(b))
+    if im.mode == 'P' and 'transparency' not in im.info: return b   # shrunk already: re-encoding only churns bytes
     dpi = im.info.get('dpi')
     if im.mode in ('RGBA', 'LA') or (im.mode == 'P' and 'transparency' in im.info):
         im = im.convert('RGBA')
