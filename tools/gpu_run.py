@@ -231,8 +231,8 @@ def part_kernels(out:Path, dry:bool)->dict:
 
 def part_varlen_append(out:Path, dry:bool)->dict:
     """Packed sequences (`RotaryEmbedding.varlen`) and rotate-and-append into a KV cache, timed against the floor
-    (a copy of what they read) and the two-step way (rotate, then copy into the cache): device time (CUDA events)
-    and end-to-end time per call from Python"""
+    (a copy of what they read) and the two-step way (rotate, then copy into the cache), and the decode-shape call
+    piece by piece: device time (CUDA events) and end-to-end time per call from Python"""
     torch, device, _ = _setup(dry)
     from rope_lit.rope import RotaryEmbedding, rotary_cos_sin
     from rope_lit.frequencies import rope_frequencies
@@ -288,6 +288,22 @@ def part_varlen_append(out:Path, dry:bool)->dict:
         # a tensor of offsets is read on the host before anything is written (a check that syncs); an int is not
         add(case, 'rope_lit rotary_append, one int offset', lambda: rotary_append(q, k, v, kc, vc, cos, sin, L // 2))
         add(case, 'rotate, then copy into the cache', two_step)
+    # the fused call at the decode shape, piece by piece: where its host time goes (the GPU's share is a few µs)
+    from rope_lit.rotation import check_qk_args, offset_rows
+    from rope_lit.triton_rope import triton_rotary, rotary_qk_triton
+    q, k = (torch.randn(B, Hq, 1, D, device=device, dtype=dt) for _ in range(2))
+    c1, s1 = rotary_cos_sin(torch.arange(1, device=device), rope_frequencies(D, device=device))
+    case = f"decode call, batch {B}, 1 token, {Hq} heads of {D}"
+    with torch.no_grad():
+        add(case, 'copy q, k (floor)', lambda: (q.clone(), k.clone()))
+        add(case, 'two empty_like (allocation only)', lambda: (torch.empty_like(q), torch.empty_like(k)))
+        add(case, 'argument checks only', lambda: (check_qk_args(q, k, c1, s1, None, False),
+                                                    offset_rows(q, c1, s1, None, None)))
+        if not dry:          # the Triton launcher itself (under the CPU interpreter it means nothing)
+            add(case, 'triton_rotary (the launch, no checks)', lambda: triton_rotary(q, k, c1, s1))
+        add(case, 'rotary_qk_triton (checks and launch)' if not dry else 'rotary_qk_triton',
+            lambda: rotary_qk_triton(q, k, c1, s1))
+        add(case, "RotaryEmbedding's call", lambda: rope(q, k))
     _write_csv(out / 'varlen_append.csv', rows)
     return dict(rows=rows)
 
