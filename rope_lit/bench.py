@@ -168,15 +168,25 @@ def _time_cpu(runs:dict, n_sets:int, repeats:int, warmup:int)->dict:
     return times
 
 # %% ../nbs/04a_benchmark.ipynb #387c2363
-def _time_cuda(run, rep_ms:int, calls:int=200)->tuple:
-    "(median, 20th, 80th percentile) device seconds from do_bench, and end-to-end seconds per call"
-    import triton.testing
-    q50, q20, q80 = triton.testing.do_bench(lambda: run(0), warmup=25, rep=rep_ms,
-                                            quantiles=[0.5, 0.2, 0.8])
-    torch.cuda.synchronize(); t0 = time.perf_counter()
-    for _ in range(calls): run(0)
-    torch.cuda.synchronize()
-    return (q50 / 1e3, q20 / 1e3, q80 / 1e3), (time.perf_counter() - t0) / calls
+def _time_cuda(runs:dict, rep_ms:int, rounds:int=5, calls:int=200, bench=None, sync=None)->dict:
+    """Per runner, one (median, 20th, 80th percentile) of device seconds and one end-to-end seconds per call for each
+    round; the runners take turns round by round, in a rotating order"""
+    if bench is None:
+        import triton.testing
+        bench = triton.testing.do_bench                  # CUDA events; the L2 cache flushed before each call
+    sync = sync or torch.cuda.synchronize
+    names, per_round = list(runs), max(1, calls // rounds)
+    times = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            q50, q20, q80 = bench(lambda: runs[n](0), warmup=25 if r == 0 else 5,
+                                  rep=max(1, rep_ms // rounds), quantiles=[0.5, 0.2, 0.8])
+            sync(); t0 = time.perf_counter()
+            for _ in range(per_round): runs[n](0)
+            sync()
+            times[n].append((q50 / 1e3, q20 / 1e3, q80 / 1e3, (time.perf_counter() - t0) / per_round))
+    return times
+
 
 # %% ../nbs/04a_benchmark.ipynb #cefa9530
 def available(method:Method, device:str)->str:
@@ -246,22 +256,20 @@ def run_benchmark(
                 run(0)   # compile / autotune outside the timed region
                 runs[m.name] = run
             except Exception as e: notes[m.name] = f"{type(e).__name__}: {str(e)[:200]}"
-        if device == 'cuda':
-            stats = {}
-            for n, run in runs.items():
-                (q50, q20, q80), wall = _time_cuda(run, 10 * repeats)
-                stats[n] = (q50, q20, q80, wall)
+        if device == 'cuda':   # each round's do_bench median, p20 and p80, and end-to-end time: their medians
+            rounds = _time_cuda(runs, 10 * repeats)
+            stats = {n: tuple(statistics.median(x) for x in zip(*t)) for n, t in rounds.items()}
+            times = {n: [x[0] for x in t] for n, t in rounds.items()}
         else:
             times = _time_cpu(runs, n_sets, repeats * (5 if set_bytes < 8 << 20 else 1), warmup)   # small inputs: noisier, cheaper
             stats = {n: (statistics.median(t), *statistics.quantiles(t, n=5, method='inclusive')[::3], None) for n, t in times.items()}  # median, p20, p80
-            paired = lambda n, ref: statistics.median(a / b for a, b in zip(times[n], times[ref])) if ref in times else None   # round by round
+        paired = lambda n, ref: statistics.median(a / b for a, b in zip(times[n], times[ref])) if ref in times else None   # round by round
         moved = 2 * 2 * B * H * S * D * torch.finfo(dtype).bits // 8        # q and k, read once and written once
         floor, ours = stats[FLOOR][0], stats.get(OURS, (float('nan'),))[0]
         for n, (q50, q20, q80, wall) in stats.items():
             rows.append(dict(device=device, environment=cpu_environment() if device == 'cpu' else None, shape='x'.join(map(str, shape)), dtype=str(dtype).replace('torch.', ''),
                              pairing=pairing, mode=mode, method=n, median_us=q50 * 1e6, p20_us=q20 * 1e6, p80_us=q80 * 1e6,
-                             ratio_to_floor=q50 / floor, ratio_paired=None if device == 'cuda' else paired(n, FLOOR),
-                             ratio_to_autograd_floor=None if device == 'cuda' else paired(n, AUTOGRAD_FLOOR),
+                             ratio_to_floor=q50 / floor, ratio_paired=paired(n, FLOOR), ratio_to_autograd_floor=paired(n, AUTOGRAD_FLOOR),
                              GBps=moved / q50 / 1e9 * (2 if backward and n != FLOOR else 1),
                              rope_lit_speedup=q50 / ours, end_to_end_us=None if wall is None else wall * 1e6))
         del sets, runs
