@@ -17,7 +17,7 @@ from .cli_args import Parser, number, atomic_write, refuse_overwrite
 ENVIRONMENTS = ('default', 'glibc')
 DEFAULT_SHAPES = {
     'cpu': ((1, 32, 2048, 128), (1, 8, 512, 64)),
-    'cuda': ((8, 32, 4096, 128), (1, 32, 4096, 128), (32, 32, 1, 128)),
+    'cuda': ((8, 32, 4096, 128), (32, 32, 1, 128), (1, 32, 4096, 128)),
 }
 DEFAULT_DTYPE = {'cpu': 'float32', 'cuda': 'bfloat16'}
 # the names of `all_methods()`, here so that `--methods` is checked before torch is imported
@@ -66,7 +66,7 @@ def _parser():
         nargs='+',
         default=None,
         help='BATCHxHEADSxSEQxHEAD_DIM of q and k (default: the target sizes of rope_lit: cpu '
-             '1x32x2048x128 1x8x512x64; cuda 8x32x4096x128 1x32x4096x128 32x32x1x128)',
+             '1x32x2048x128 1x8x512x64; cuda 8x32x4096x128 32x32x1x128 1x32x4096x128)',
     )
     ap.add_argument(
         '--dtype',
@@ -229,6 +229,8 @@ def main(argv=None):
             file=sys.stderr,
         )
     meta = hardware(args.device)
+    if argv is not None:  # called from Python (a notebook cell): the command is its arguments
+        meta['command'] = shlex.join(['rope-lit-bench', *argv])
     meta.update(
         repeats=(
             repeats
