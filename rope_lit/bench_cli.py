@@ -230,7 +230,7 @@ def main(argv=None):
         )
     meta = hardware(args.device)
     if argv is not None:  # called from Python (a notebook cell): the command is its arguments
-        meta['command'] = shlex.join(['rope-lit-bench', *argv])
+        meta['command'] = shlex.join(['rope-lit-bench', *map(str, argv)])
     meta.update(
         repeats=(
             repeats

@@ -200,13 +200,14 @@ def part_hf(out:Path, dry:bool)->dict:
             t = row['tokens_same_before_first_difference']
             r = int((a[:, t] != b[:, t]).nonzero()[0, 0])
             top2 = la_steps[t][r].float().topk(2).values
-            step = 2.0 ** (math.floor(math.log2(abs(float(top2[0])))) - 7)
+            step = 2.0 ** (math.floor(math.log2(max(abs(float(top2[0])), 2.0 ** -126))) - 7)
             row.update(margin_steps=float(top2[0] - top2[1]) / step,
                        difference_steps=float((la_steps[t][r].float() - lb_steps[t][r].float()).abs().max()) / step)
         row['ok'] = (_rel(lb, la) <= tol and row['generate_same_float32']
                      and (row['generate_same'] or (row['margin_steps'] is not None and row['margin_steps'] <= 8)))
         rows.append(row)
-    _write_csv(out / 'hf.csv', rows)
+        _write_csv(out / 'hf.csv', rows)                     # after each family: a later failure keeps these
+        partial(dict(families=len(rows), failed=[r['family'] for r in rows if not r['ok']]))
     return dict(families=len(rows), failed=[r['family'] for r in rows if not r['ok']])
 
 def _gpu_cells(page:str)->int:
@@ -217,7 +218,7 @@ def _gpu_cells(page:str)->int:
 # the kernels page's first GPU cell checks 288 cases, about 150 Triton specialisations, each compiled on its first
 # launch (0.24 s each ahead of time on a 2-core Xeon, tools/triton_specialisations.py); these workers each run every
 # n-th of its cases first, sharing Triton's cache, so that the cell as written finds them compiled
-WARM_LIMIT = 150                                         # seconds the warm-up may take before it is stopped
+WARM_SHARE = 0.6            # of the part's own limit, at most, for the warm-up before the cells as written
 _WARM_CHECK = ("import itertools\n_every = _cases\n_cases = lambda full, dtypes: itertools.islice("
                "_every(full, dtypes), {i}, {stop}, {n})\n"
                "check_backend(rotary_qk_triton, device={device!r}, dtypes={dtypes}, full={full})")
@@ -240,7 +241,7 @@ def part_cells(out:Path, dry:bool)->dict:
     # 120 s, in the background (the dry run: their GPU cells alone, which skip themselves)
     pages = {nb: start(run(ROOT / 'tools' / 'run_tests.py', cells / f'{nb}.ipynb', '--flags', 'gpu',
                            '--cell-timeout', '120') if not dry else
-                       run(runner, cells / f'{nb}.ipynb', mod), logs[nb])
+                       run(runner, cells / f'{nb}.ipynb', mod), logs[nb], OMP_NUM_THREADS='2')
              for nb, mod in (('02_rope', 'rope_lit.rope'), ('03_attention', 'rope_lit.attention'))}
     # the pages whose GPU cells run alone: every name those cells read must be defined (on a CPU the cells skip
     # themselves, so a missing import would otherwise show only on the GPU)
@@ -250,7 +251,8 @@ def part_cells(out:Path, dry:bool)->dict:
                                capture_output=True)
             log.write(f"== {nb}: names\n{r.stdout}{r.stderr[-1000:]}")
             if r.returncode: failed.append(f'{nb} (names)')
-    n = 2 if dry else max(2, min(12, (os.cpu_count() or 4) - 4))
+    others = _gpu_cells('04_kernels') - 1                 # 04's other GPU cells: one warm-up worker each
+    n = 2 if dry else max(2, min(12, (os.cpu_count() or 4) - 2 * len(pages) - others - 2))   # cores left
     check = dict(device='cpu', dtypes='(torch.float32,)', full=False) if dry else \
             dict(device='cuda', dtypes='(torch.float32, torch.bfloat16, torch.float16)', full=True)
     kernels_page = cells / '04_kernels.ipynb'
@@ -259,16 +261,17 @@ def part_cells(out:Path, dry:bool)->dict:
                       _WARM_CHECK.format(i=i, n=n, stop=n if dry else None, **check)), logs['warm'], **one)
             for i in range(n)]
     warm += [start(run(runner, kernels_page, 'rope_lit.kernels', '--only', j), logs['warm'], **one)
-             for j in range(1, _gpu_cells('04_kernels'))]
-    t0 = time.perf_counter()
+             for j in range(1, others + 1)]
+    t0, stopped = time.perf_counter(), []
+    warm_limit = WARM_SHARE * float(os.environ.get('GPU_RUN_PART_LIMIT', 220))
     for p in warm:                                       # a warm-up that hangs must not cost the cells themselves
-        try: p.wait(timeout=max(1, WARM_LIMIT - (time.perf_counter() - t0)))
-        except subprocess.TimeoutExpired: p.kill(); p.wait()
+        try: p.wait(timeout=max(1, warm_limit - (time.perf_counter() - t0)))
+        except subprocess.TimeoutExpired: p.kill(); p.wait(); stopped.append(p)
     # the warm-up only fills Triton's cache (its failures are logged): the cells as written below decide
-    warm_failed = sum(p.returncode != 0 for p in warm)
+    warm_failed = sum(p.returncode != 0 and p not in stopped for p in warm)
     with open(out / 'cells.log', 'a') as log:
-        log.write(f"== warm: {len(warm)} processes ({n} share the first GPU cell's cases), "
-                  f"{warm_failed} failed, {time.perf_counter() - t0:.0f} s\n"); log.flush()
+        log.write(f"== warm: {len(warm)} processes ({n} share the first GPU cell's cases), {warm_failed} "
+                  f"failed, {len(stopped)} stopped at {warm_limit:.0f} s, {time.perf_counter() - t0:.0f} s\n"); log.flush()
         for nb, cmd in (('04_kernels', run(runner, kernels_page, 'rope_lit.kernels')),
                         ('04a_benchmark', run(runner, cells / '04a_benchmark.ipynb', 'rope_lit.bench', '--only', 0))):
             log.write(f"== {nb}\n"); log.flush()
@@ -285,7 +288,7 @@ def part_cells(out:Path, dry:bool)->dict:
         log.write(f"== warm-up output\n{logs['warm'].read_text()}\n")
     for h in handles: h.close()
     for f in logs.values(): f.unlink(missing_ok=True)
-    return dict(notebooks=4, passed=passed, failed=failed, warm_failed=warm_failed)
+    return dict(notebooks=4, passed=passed, failed=failed, warm_failed=warm_failed, warm_stopped=len(stopped))
 
 def part_kernels(out:Path, dry:bool)->dict:
     """The benchmark page's GPU cell as written (`rope-lit-bench --device cuda --sweep`: the module end to end, the
@@ -310,11 +313,11 @@ def part_kernels(out:Path, dry:bool)->dict:
 
 BENCH_RERUN = ROOT / 'nbs' / 'bench_rerun' / 'gpu'      # where the benchmark page's GPU cell writes
 
-def _copy_bench(src:Path, out:Path):
-    "The benchmark's results and run description into `out` (the tile sweep, if any, goes to the log)"
+def _copy_bench(src:Path, out:Path, say=print):
+    "The benchmark's results and run description into `out` (the tile sweep, if any, to `say`: the log)"
     shutil.copy(src / 'results.csv', out / 'bench_results.csv')
     shutil.copy(src / 'meta.json', out / 'bench_meta.json')
-    if (src / 'sweep.csv').exists(): print(f"sweep.csv:\n{(src / 'sweep.csv').read_text()}")
+    if (src / 'sweep.csv').exists(): say(f"sweep.csv:\n{(src / 'sweep.csv').read_text()}\n")
 
 def part_varlen_append(out:Path, dry:bool)->dict:
     """Packed sequences (`RotaryEmbedding.varlen`) and rotate-and-append into a KV cache, timed against the floor
@@ -528,8 +531,10 @@ def _run_part(name:str, out:Path, dry:bool, limit:float)->tuple:
     stopped at its limit is killed with everything it started (the pages' test runners, compiler workers), so that
     nothing of it runs on beside the next part's timings; its last printed result is kept."""
     import signal
+    env = {**os.environ, 'GPU_RUN_PART_LIMIT': f'{limit:.0f}'}   # a part may share out its own time
     p = subprocess.Popen([sys.executable, __file__, '--out', str(out), '--part', name, *(['--dry-run'] if dry else [])],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True,
+                         env=env)
     try:
         stdout, stderr = p.communicate(timeout=limit)
     except subprocess.TimeoutExpired:
@@ -544,7 +549,8 @@ def _wheels():
     "Install what the GPU machine lacks from the wheels carried in .whl/ (it has no network)"
     whl = ROOT / '.whl'
     if not whl.is_dir(): return
-    missing = [m for m in ('fastcore', 'numpy') if subprocess.run([sys.executable, '-c', f'import {m}']).returncode]
+    missing = [m for m in ('fastcore', 'numpy', 'IPython', 'execnb', 'matplotlib_inline', 'nbdev')
+               if subprocess.run([sys.executable, '-c', f'import {m}']).returncode]
     if missing:
         site = Path(tempfile.gettempdir()) / 'rope_lit_site'
         subprocess.run([sys.executable, '-m', 'pip', 'install', '-q', '--no-index', '--no-deps', '--target', str(site),
@@ -576,7 +582,12 @@ def main():
              "v = {}\nfor p in ('torch', 'triton', 'transformers', 'accelerate', 'liger-kernel'):\n"
              "    try: v[p] = m.version(p)\n    except m.PackageNotFoundError: v[p] = None\n"
              "gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None\n"
-             "print(json.dumps(dict(gpu=gpu, cuda=torch.version.cuda, python=platform.python_version(), versions=v)))")
+             "import subprocess as sp\n"
+             "try: mode = sp.run(['nvidia-smi', '--query-gpu=compute_mode', '--format=csv,noheader'], capture_output=True,"
+             " text=True, timeout=20).stdout.strip() or None\n"
+             "except Exception: mode = None\n"
+             "print(json.dumps(dict(gpu=gpu, compute_mode=mode, cuda=torch.version.cuda, python=platform.python_version(),"
+             " versions=v)))")
     r = subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True)
     env = json.loads(r.stdout) if r.returncode == 0 else dict(error=r.stderr[-300:])
     env['date'] = time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())
@@ -591,7 +602,7 @@ def main():
         status, detail, stdout, stderr = _run_part(name, out, args.dry_run, limit)
         if name == 'kernels' and status != 'ok' and not args.dry_run and (BENCH_RERUN / 'results.csv').exists() \
                 and (BENCH_RERUN / 'results.csv').stat().st_mtime > began_wall:   # the shapes it finished
-            _copy_bench(BENCH_RERUN, out)
+            _copy_bench(BENCH_RERUN, out, log.write)
         log.write(f"== {name} ({status}, limit {limit:.0f} s)\n{stdout}\n{stderr}\n"); log.flush()
         summary.append(dict(part=name, status=status, seconds=round(time.perf_counter() - start, 1), detail=detail))
         for cells in sorted(out.glob('cells*.log')):       # eight files at most: the cells' logs join run.log
