@@ -12,7 +12,7 @@ and prints how many specialisations each cell meets. The count is a lower bound:
 With --compile-arch, a few of the recorded specialisations of the busiest kernel are compiled ahead of time for
 that CUDA architecture (90: H100/H200) by Triton's own compiler, which needs no GPU, and the seconds are printed.
 """
-import argparse, os, re, statistics, sys, time
+import argparse, inspect, os, re, statistics, sys, time
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from run_gpu_cells import page_namespace
@@ -93,7 +93,7 @@ def main():
     args = ap.parse_args()
     import torch
     from rope_lit import triton_rope
-    arg_names = {n: list(__import__('inspect').signature(getattr(o, 'fn', o)).parameters)
+    arg_names = {n: list(inspect.signature(getattr(o, 'fn', o)).parameters)
                  for n, o in vars(triton_rope).items() if type(o).__name__ in ('JITFunction', 'InterpretedFunction')}
     seen = record(triton_rope)
     off = lambda src: re.sub(r'\braise AssertionError\b', 'AssertionError', src)       # checks: off
