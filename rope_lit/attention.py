@@ -163,9 +163,9 @@ class RotaryMultiHeadAttention(nn.Module):
 def _attend(q, k, v, mask, is_causal, dropout_p, need_weights):
     "softmax(q kᵀ/√d + mask) v with GQA; mask: None, bool (True = attend) or float (added)"
     gqa = q.shape[1] != k.shape[1]
-    if not need_weights:
+    if not need_weights:   # enable_gqa a literal: torch 2.5's SDPA refuses a symbolic bool when compiled
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
-                                              is_causal=is_causal, enable_gqa=gqa), None
+                                              is_causal=is_causal, enable_gqa=True if gqa else False), None
     if gqa:
         group = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)

@@ -28,12 +28,33 @@ def cpp_parts(text:str)->dict:
 # %% ../nbs/04c_cpp_build.ipynb #cpp08
 _CFLAGS = ['-O3', '-march=native', '-fopenmp']
 
+# %% ../nbs/04c_cpp_build.ipynb #cpp08b
+_import_lock = threading.Lock()
+
+def _cpp_extension():
+    "`torch.utils.cpp_extension`, imported without its warning that no CUDA runtime is found"
+    import contextlib, io, logging
+    unwanted = lambda text: text.startswith('No CUDA runtime is found')
+    with _import_lock:   # one import at a time: stderr and the logger are the process's
+        if 'torch.utils.cpp_extension' in sys.modules: return sys.modules['torch.utils.cpp_extension']
+        log, caught = logging.getLogger('torch.utils.cpp_extension'), io.StringIO()
+        drop = lambda record: not unwanted(record.getMessage())   # newer torch logs the warning
+        log.addFilter(drop)
+        try:
+            with contextlib.redirect_stderr(caught):   # older torch prints it
+                from torch.utils import cpp_extension
+        finally:
+            log.removeFilter(drop)
+            rest = [l for l in caught.getvalue().splitlines() if not unwanted(l)]
+            if rest: print(*rest, sep='\n', file=sys.stderr)
+        return cpp_extension
+
 # %% ../nbs/04c_cpp_build.ipynb #d4e4da83
 def _build_signature()->str:
     "What the build depends on besides the source: CPU features, torch, Python, the environment"
     # the environment: its prefix, and the include paths that ninja's build file embeds
     import sysconfig
-    from torch.utils import cpp_extension
+    cpp_extension = _cpp_extension()
     try: flags = next((l for l in open('/proc/cpuinfo') if l.startswith(('flags', 'Features'))), '')
     except OSError: flags = ''
     env = [sys.prefix, sysconfig.get_paths().get('include', ''), *cpp_extension.include_paths()]
@@ -135,7 +156,7 @@ def _load_verified(name:str, so:Path):
 # %% ../nbs/04c_cpp_build.ipynb #cf5a5c73
 def _build(verbose, source, functions, prefix, what):
     "Build (or load) one native extension; `functions=None`: the source defines its own bindings"
-    from torch.utils import cpp_extension
+    cpp_extension = _cpp_extension()
     name = extension_name(source, prefix)
     build = native_cache_dir() / name
     build.mkdir(mode=0o700, exist_ok=True)

@@ -164,7 +164,7 @@ def part_hf(out:Path, dry:bool)->dict:
                 num_attention_heads=4, max_position_embeddings=256)
     families = {'Llama': ('LlamaConfig', 'LlamaForCausalLM', dict(num_key_value_heads=2)),
                 'Qwen2': ('Qwen2Config', 'Qwen2ForCausalLM', dict(num_key_value_heads=2)),
-                'Phi': ('PhiConfig', 'PhiForCausalLM', dict(partial_rotary_factor=0.5)),
+                'Phi': ('PhiConfig', 'PhiForCausalLM', dict(partial_rotary_factor=0.5, pad_token_id=None)),  # 5.0: no default
                 'GPT-J': ('GPTJConfig', 'GPTJForCausalLM', dict(n_embd=64, n_head=4, n_layer=2, rotary_dim=8,
                                                                n_positions=256))}
     rows, n_new = [], 4 if dry else 32
