@@ -103,7 +103,7 @@ def main():
     args = ap.parse_args()
     low_minor = oldest_python_claimed()
     low_py = find_python(low_minor)
-    high_minor, high_py = newest_python()
+    high_py = newest_python()[1]
     plans = {'oldest': (low_py, ['--resolution', 'lowest-direct', '-e', '.[dev]']),
              'newest': (high_py, ['--resolution', 'highest', 'torch', '-e', '.[dev,triton]'])}
     if low_py is None: sys.exit(f"environments: no Python {low_minor} here for the oldest environment")
