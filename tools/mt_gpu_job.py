@@ -1,14 +1,16 @@
 #!/usr/bin/env python
 """One run of `tools/gpu_translate.sh`: `rope-lit-translate train ...` (which ends by decoding and scoring val and
 test_2016_flickr), then the German sources of the blind test sets decoded greedily and with beam search into the
-same run folder, `hyp.<set>.<greedy|beam>.en`, one line per source line. Their English references are kept
-outside the project, so nothing here scores them.
+same run folder, `hyp.<set>.<greedy|beam>.en`, one line per source line (their English references are kept outside
+the project, so nothing here scores them), and the mean attention entropy per layer and kind over test_2016_flickr,
+teacher-forced on its references, into `entropy.json` (the weights do not leave the GPU machine, so it is measured
+there).
 
   python tools/mt_gpu_job.py --blind DIR --device cuda -- train --run-dir runs/x --position rope ...
 
 One process per run, so that the script's deadline stops a run with one signal.
 """
-import argparse, gzip, sys
+import argparse, gzip, json, sys
 from pathlib import Path
 
 def read_sources(path:Path)->list:
@@ -24,13 +26,17 @@ def main():
     args = ap.parse_args()
     train_args = args.train[1:] if args.train[:1] == ['--'] else args.train
     from rope_lit.translation.cli import main as translate_cli
-    from rope_lit.translation.train import load_model, translate
+    from rope_lit.translation.train import load_model, load_splits, translate
+    from rope_lit.translation.data import encode_pairs
+    from rope_lit.translation.results import attention_entropy
     from rope_lit.cli_args import atomic_write
     translate_cli(train_args)
     run_dir = Path(train_args[train_args.index('--run-dir') + 1])
-    files = sorted(Path(args.blind).glob('*.de*')) if args.blind else []
-    if not files: return
     model, tok, cfg = load_model(run_dir, args.device)
+    test = encode_pairs(tok, load_splits(cfg)['test_2016_flickr'], cfg.max_len)
+    atomic_write(run_dir / 'entropy.json', json.dumps(dict(attention_entropy(model, test), split='test_2016_flickr')))
+    print(f"{run_dir.name}: attention entropy over test_2016_flickr ({len(test)} sentences)", flush=True)
+    files = sorted(Path(args.blind).glob('*.de*')) if args.blind else []
     for f in files:
         name, sources = f.name.split('.de')[0], read_sources(f)
         for decoding, beam in (('greedy', 1), ('beam', cfg.beam_size)):

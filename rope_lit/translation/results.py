@@ -9,9 +9,10 @@ from __future__ import annotations
 import json, math, os, platform, statistics, time
 from pathlib import Path
 import torch
+from .data import PAD, collate
 
 # %% auto #0
-__all__ = ['load_run', 'runs_table', 'scheme_table', 'plot_curves', 'attention_grid', 'plot_attention']
+__all__ = ['load_run', 'runs_table', 'scheme_table', 'plot_curves', 'attention_grid', 'plot_attention', 'attention_entropy']
 
 # %% ../../nbs/13_mt_results.ipynb #28ddfe99
 def load_run(path:str|Path)->dict:
@@ -116,3 +117,33 @@ def plot_attention(
     k = att['tgt_tokens'] if kind == 'decoder' else att['src_tokens']
     panels = [(f'layer {l}, head {h}', w[l][h], q, k) for l in layers for h in heads]
     return attention_grid(panels, ncols or len(heads), title or f'{kind} attention')
+
+# %% ../../nbs/13_mt_results.ipynb #6003587a
+@torch.no_grad()
+def attention_entropy(
+    model,                 # a trained `Seq2SeqTransformer`
+    examples:list,         # (source ids, target ids) pairs, as `encode_pairs` makes them
+    batch_size:int=100,    # sentences per forward pass
+)->dict:                   # per kind, one mean per layer (nats); 'uniform': the even spread's mean
+    "Mean attention entropy per layer and kind, teacher-forced on the references: over heads and real queries"
+    model.eval(); dev = next(model.parameters()).device
+    kinds = ('encoder', 'decoder', 'cross')
+    total = {k: [0.0] * len(model.encoder if k == 'encoder' else model.decoder) for k in kinds}
+    uniform, count = dict.fromkeys(kinds, 0.0), dict.fromkeys(kinds, 0)
+    H = lambda w: -(w * w.clamp_min(1e-30).log()).sum(-1).mean(1)   # (batch, heads, q, k) → (batch, q)
+    for i in range(0, len(examples), batch_size):
+        src, tgt = (t.to(dev) for t in collate(examples[i:i + batch_size]))
+        memory, mask = model.encode(src, keep_weights=True)
+        model.decode(tgt[:, :-1], memory, mask, keep_weights=True)   # reads <s> y_1 ..., as in training
+        real_s, real_t = src != PAD, tgt[:, 1:] != PAD                 # queries: real source tokens; decoder
+        n_src = real_s.sum(1, keepdim=True)                            # inputs whose next token is real
+        n_seen = torch.arange(1, real_t.shape[1] + 1, device=dev).expand_as(real_t)   # causal: itself and before
+        enc, dec = model.encoder, model.decoder
+        for kind, maps, real, keys in (('encoder', [l.weights for l in enc], real_s, n_src.expand_as(real_s)),
+                                       ('decoder', [l.weights[0] for l in dec], real_t, n_seen),
+                                       ('cross', [l.weights[1] for l in dec], real_t, n_src.expand_as(real_t))):
+            for j, w in enumerate(maps): total[kind][j] += float(H(w.double())[real].sum())
+            uniform[kind] += float(keys[real].double().log().sum()); count[kind] += int(real.sum())
+    out = {k: [round(t / count[k], 4) for t in total[k]] for k in kinds}
+    return dict(out, uniform={k: round(uniform[k] / count[k], 4) for k in kinds},
+                sentences=len(examples), query_tokens=count)
