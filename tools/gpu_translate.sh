@@ -16,8 +16,8 @@
 #
 # Options (or the environment variables of the same names): --runs (space-separated position:seed list; default five
 # seeds each of sinusoidal and rope), --epochs (epochs per run, default 18: every run the same length), --budget
-# (training seconds per run instead, as the first GPU runs used), --deadline (seconds after which unfinished runs are
-# stopped, default 560), --max-tokens, --blind (folder of German-only test sets, default .data/multi30k_blind: each
+# (training seconds per run instead, as the first GPU runs used), --deadline (seconds from the script's start after
+# which unfinished runs are stopped, default 560), --max-tokens, --blind (folder of German-only test sets, default .data/multi30k_blind: each
 # run translates them, greedy and beam, into hyp.<set>.<decoding>.en), --out (default runs/gpu_out), --pack.
 # Writes $OUT/mt/<position>_s<seed>/{config.json,tokenizer.json,metrics.jsonl,results.json,attention.json,
 # entropy.json,hyp.*.en,train.log} (no checkpoints) and $OUT/mt/env.txt. With --pack, the same tree goes into ONE
@@ -41,6 +41,9 @@ while [ $# -gt 0 ]; do            # flags; each also reads from the environment 
     *) echo "gpu_translate: unknown option $1 (--dry, --epochs N, --budget S, --deadline S, --out DIR, --runs LIST, --max-tokens N, --blind DIR, --pack)"; exit 2 ;;
   esac; shift
 done
+if [ -n "${BUDGET:-}" ] && [ -n "${EPOCHS:-}" ]; then
+  echo "gpu_translate: --budget and --epochs exclude each other: give one run length"; exit 2
+fi
 OUT=${OUT:-$root/runs/gpu_out}
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PYTHON:-python3}
@@ -59,7 +62,7 @@ fi
 if [ "$DRY" = 1 ]; then
   RUNS=${RUNS:-"sinusoidal:0 rope:0 rope+cross:0 hexu:0"}
   common=(--preset tiny --device cpu --threads 1 --n-eval 20); device=cpu
-  EPOCHS=${EPOCHS:-1}; DEADLINE=${DEADLINE:-120}
+  [ -n "${BUDGET:-}" ] || EPOCHS=${EPOCHS:-1}; DEADLINE=${DEADLINE:-120}
   BLIND=${BLIND:-$work/blind}                    # two made-up "blind" sets, so that their decoding is tested too
   mkdir -p "$BLIND"
   printf 'Ein Hund rennt im Schnee.\n\nZwei Männer spielen Fußball.\n' | gzip > "$BLIND/test_2017_flickr.de.gz"
@@ -87,10 +90,14 @@ for r in $RUNS; do
       --seed "$seed" --run-dir "$work/$name" "${length[@]}" --no-progress > "$work/$name.log" 2>&1 &
   pids+=($!)
 done
-# Stop whatever is still running at the deadline, so the copy below always happens within the command's limit.
+# Stop whatever is still running at the deadline, counted from the script's start, so that the copy below always
+# happens within the command's limit: a TERM (a run then stops after its current step), and a KILL 5 s later.
+left=$(( DEADLINE - SECONDS )); [ "$left" -gt 0 ] || left=1
 ( trap 'kill "$sp" 2>/dev/null; exit 0' TERM
-  sleep "$DEADLINE" & sp=$!; wait "$sp"
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done ) >/dev/null 2>&1 &
+  sleep "$left" & sp=$!; wait "$sp"
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  sleep 5 & sp=$!; wait "$sp"
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done ) >/dev/null 2>&1 &
 watchdog=$!
 fail=0
 for p in "${pids[@]}"; do wait "$p" || fail=1; done
@@ -105,7 +112,7 @@ for r in $RUNS; do
   cp "$work/$name"/hyp.*.en "$dest/$name/" 2>/dev/null
   if [ -f "$dest/$name/results.json" ]; then
     $PY -c "import json,sys; r=json.load(open(sys.argv[1])); t=r['results']['test_2016_flickr']; print(sys.argv[2], 'tok/s', r['tokens_per_s'], 'epochs', r['epochs'], 'test BLEU greedy', t['greedy']['bleu'], 'beam', t['beam']['bleu'])" "$dest/$name/results.json" "$name"
-  else echo "$name: no results.json (see $name/train.log)"; tail -3 "$dest/$name/train.log"; fi
+  else echo "$name: no results.json (the end of its train.log follows)"; tail -3 "$dest/$name/train.log"; fi
 done
 [ "$fail" = 0 ] && echo "gpu_translate: all runs finished" || echo "gpu_translate: some runs failed or were stopped"
 }

@@ -33,9 +33,6 @@ def main():
     translate_cli(train_args)
     run_dir = Path(train_args[train_args.index('--run-dir') + 1])
     model, tok, cfg = load_model(run_dir, args.device)
-    test = encode_pairs(tok, load_splits(cfg)['test_2016_flickr'], cfg.max_len)
-    atomic_write(run_dir / 'entropy.json', json.dumps(dict(attention_entropy(model, test), split='test_2016_flickr')))
-    print(f"{run_dir.name}: attention entropy over test_2016_flickr ({len(test)} sentences)", flush=True)
     files = sorted(Path(args.blind).glob('*.de*')) if args.blind else []
     for f in files:
         name, sources = f.name.split('.de')[0], read_sources(f)
@@ -43,5 +40,9 @@ def main():
             hyps = translate(model, tok, sources, beam, cfg.length_penalty, cfg.max_len, cfg.eval_batch)
             atomic_write(run_dir / f'hyp.{name}.{decoding}.en', ''.join(h + '\n' for h in hyps))
         print(f"{run_dir.name}: translated {name} ({len(sources)} sentences), greedy and beam", flush=True)
+    test = encode_pairs(tok, load_splits(cfg)['test_2016_flickr'], cfg.max_len)   # after the translations: a
+    entropy = attention_entropy(model, test)                                      # failure here loses none of them
+    atomic_write(run_dir / 'entropy.json', json.dumps(dict(entropy, split='test_2016_flickr')))
+    print(f"{run_dir.name}: attention entropy over test_2016_flickr ({len(test)} sentences)", flush=True)
 
 if __name__ == '__main__': main()
