@@ -76,11 +76,10 @@ else
   DEADLINE=${DEADLINE:-560}; BLIND=${BLIND:-$root/.data/multi30k_blind}
 fi
 # A fixed number of epochs skips the greedy validation BLEU after each epoch (validation loss is still logged): with
-# ten runs sharing the GPU it would cost about 150 s of the 560 (the plan is on the GPU translation results page).
+# ten runs sharing the GPU it would cost about 125 s of the 560 (the plan is on the GPU translation results page).
 # A time budget keeps it, as the first GPU runs had it.
+case "$DEADLINE" in ''|*[!0-9]*) echo "gpu_translate: --deadline must be a whole number of seconds, got '$DEADLINE'"; exit 2 ;; esac
 if [ -n "${EPOCHS:-}" ]; then length=(--epochs "$EPOCHS" --no-val-bleu); else length=(--time-budget "$BUDGET"); fi
-
-{ date -u; $PY -c "import torch, sacrebleu, tokenizers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'sacrebleu', sacrebleu.__version__, 'tokenizers', tokenizers.__version__); print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no CUDA')"; nproc; nvidia-smi --query-gpu=name,memory.total --format=csv 2>/dev/null; echo "RUNS=$RUNS EPOCHS=${EPOCHS:-} BUDGET=${BUDGET:-} DEADLINE=$DEADLINE"; } > "$dest/env.txt" 2>&1
 
 pids=()
 for r in $RUNS; do
@@ -90,6 +89,8 @@ for r in $RUNS; do
       --seed "$seed" --run-dir "$work/$name" "${length[@]}" --no-progress > "$work/$name.log" 2>&1 &
   pids+=($!)
 done
+# The hardware and settings, once the runs have started (importing torch and starting CUDA takes seconds).
+{ date -u; $PY -c "import torch, sacrebleu, tokenizers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'sacrebleu', sacrebleu.__version__, 'tokenizers', tokenizers.__version__); print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no CUDA')"; nproc; nvidia-smi --query-gpu=name,memory.total --format=csv 2>/dev/null; echo "RUNS=$RUNS EPOCHS=${EPOCHS:-} BUDGET=${BUDGET:-} DEADLINE=$DEADLINE"; } > "$dest/env.txt" 2>&1
 # Stop whatever is still running at the deadline, counted from the script's start, so that the copy below always
 # happens within the command's limit: a TERM (a run then stops after its current step), and a KILL 5 s later.
 left=$(( DEADLINE - SECONDS )); [ "$left" -gt 0 ] || left=1

@@ -14,7 +14,7 @@ from ..cli_args import Parser, number, atomic_write
 # torch and the model are imported in `run_command` only, so that --help and argument errors return at once;
 # these copies of `PRESETS`, `POSITIONS` and `MULTI30K_SPLITS` are checked against the originals in the tests
 PRESET_NAMES = ('tiny', 'cpu', 'base')
-POSITION_NAMES = ('sinusoidal', 'rope', 'rope+cross', 'none', 'hexu')
+POSITION_NAMES = ('sinusoidal', 'learned', 'rope', 'rope+cross', 'none', 'hexu')
 SPLITS = ('train', 'val', 'test_2016_flickr')
 
 
@@ -38,8 +38,8 @@ def build_parser()->argparse.ArgumentParser:
         '(score later with the evaluate command).')
     t.add_argument('--preset', choices=PRESET_NAMES, default='tiny', help="size and data defaults: tiny (seconds, synthetic "
                    "data), cpu (small model for a 2-core CPU, Multi30k), base (N=6, d_model=512, d_ff=2048, h=8, for a GPU); default tiny")
-    t.add_argument('--position', choices=POSITION_NAMES, help="position scheme: sinusoidal (absolute, added to embeddings), rope "
-                   "(RoPE in self-attention), rope+cross (also cross-attention), none, hexu (RoPE with He & Xu's max-length "
+    t.add_argument('--position', choices=POSITION_NAMES, help="position scheme: sinusoidal (absolute, added to embeddings), learned "
+                   "(absolute, trained), rope (RoPE in self-attention), rope+cross (also cross-attention), none, hexu (RoPE with He & Xu's max-length "
                    "frequencies); default sinusoidal")
     t.add_argument('--run-dir', required=True, help='folder for this run (created; must not hold a run unless --resume or --overwrite)')
     t.add_argument('--resume', action='store_true', help='continue the run in --run-dir exactly from its last checkpoint '

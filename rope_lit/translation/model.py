@@ -18,7 +18,7 @@ __all__ = ['POSITIONS', 'sinusoidal_table', 'FeedForward', 'EncoderLayer', 'Deco
            'CachedDecoder', 'greedy_decode', 'beam_search', 'attention_maps']
 
 # %% ../../nbs/11_mt_model.ipynb #96799b6a
-POSITIONS = ('sinusoidal', 'rope', 'rope+cross', 'none', 'hexu')
+POSITIONS = ('sinusoidal', 'learned', 'rope', 'rope+cross', 'none', 'hexu')
 
 # %% ../../nbs/11_mt_model.ipynb #66903f15
 def sinusoidal_table(
@@ -97,7 +97,7 @@ class Seq2SeqTransformer(nn.Module):
         N:int=6, d_model:int=512, d_ff:int=2048, h:int=8, # Vaswani et al.'s base sizes
         dropout:float=0.1,           # dropout probability
         position:str='sinusoidal',   # one of `POSITIONS`
-        max_len:int=256,             # longest sequence (sinusoidal table; max length for `hexu`)
+        max_len:int=256,             # longest sequence (the position tables; max length for `hexu`)
         rope_base:float=10000.0,     # RoPE base
     ):
         super().__init__()
@@ -111,8 +111,11 @@ class Seq2SeqTransformer(nn.Module):
         kw = dict(rope=rope, base=rope_base)
         if position == 'hexu': kw.update(scaling='hexu', max_seq_len=max_len)
         self.embed = nn.Embedding(vocab_size, d_model, padding_idx=PAD)
-        pe = sinusoidal_table(max_len, d_model) if position == 'sinusoidal' else None  # for (2)
-        self.register_buffer('pe', pe, persistent=False)
+        if position == 'learned':   # for (2): a trained vector per position, at the sinusoidal table's scale
+            self.pe = nn.Parameter(torch.randn(max_len, d_model) * 0.5 ** 0.5)
+        else:                       # for (2): the fixed table, or none
+            pe = sinusoidal_table(max_len, d_model) if position == 'sinusoidal' else None
+            self.register_buffer('pe', pe, persistent=False)
         self.encoder = nn.ModuleList(EncoderLayer(d_model, h, d_ff, dropout, **kw)
                                      for _ in range(N))
         cross_rope = position == 'rope+cross'
@@ -121,7 +124,7 @@ class Seq2SeqTransformer(nn.Module):
         self.enc_norm, self.dec_norm = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
         self.drop = nn.Dropout(dropout)
         for n, p in self.named_parameters():
-            if p.dim() > 1 and not n.startswith('embed'): nn.init.xavier_uniform_(p)
+            if p.dim() > 1 and n not in ('embed.weight', 'pe'): nn.init.xavier_uniform_(p)
         nn.init.normal_(self.embed.weight, std=d_model ** -0.5)
         with torch.no_grad(): self.embed.weight[PAD].zero_()
 
@@ -132,9 +135,9 @@ class Seq2SeqTransformer(nn.Module):
 # %% ../../nbs/11_mt_model.ipynb #0adc6cef
 @patch
 def _embed(self:Seq2SeqTransformer, ids:Tensor, positions:Tensor|None)->Tensor:
-    "√d · E[ids], plus the sinusoidal table at `positions` (None: 0, 1, ...) if the model has one"
+    "√d · E[ids], plus the position table at `positions` (None: 0, 1, ...) if the model has one"
     x = self.embed(ids) * math.sqrt(self.d_model)
-    if self.pe is not None:   # (2) sinusoidal positions, added to the token embeddings
+    if self.pe is not None:   # (2) absolute positions (sinusoidal or learned), added to the token embeddings
         x = x + (self.pe[:ids.shape[1]] if positions is None else self.pe[positions])
     return self.drop(x)
 
