@@ -6,7 +6,7 @@ Docs: https://rope-lit.github.io/rope_lit/significance.html.md"""
 
 # %% ../nbs/16_significance.ipynb #00000002
 from __future__ import annotations
-import json, math
+import json, math, re
 from dataclasses import dataclass, field
 from pathlib import Path
 from itertools import combinations
@@ -53,26 +53,31 @@ class Run:
 
 # %% ../nbs/16_significance.ipynb #0000000a
 def read_run(
-    path:str|Path, # a run folder holding `config.json` and `hyp.{split}.{decoder}.en` files
-)->Run|None:       # None when the folder has no readable `config.json` naming `position` and `seed`
-    "The run in `path`, with every hypothesis file it holds"
+    path:str|Path, # a run folder holding `config.json` and `hyp.{split}.{decoder}{tag}.en` files
+    tag:str='',    # '' for the final weights; '.avg5' for the mean of the last 5 epochs' weights, ...
+)->Run|None:       # None without a readable `config.json` naming `position` and `seed` (or, for a tag, `results{tag}.json`)
+    "The run in `path`, with every hypothesis file of `tag` it holds"
+    if tag and not re.fullmatch(r'(\.[A-Za-z0-9]+)+', tag):
+        raise ValueError(f"tag: expected '' or a dotted suffix such as '.avg5', got {tag!r}")
     path = Path(path)
+    if tag and not (path/f'results{tag}.json').is_file(): return None   # decoding with it did not finish
     try: config = json.loads((path/'config.json').read_text())
     except (OSError, ValueError): return None
     if not isinstance(config, dict) or not {'position', 'seed'} <= set(config): return None
     hypotheses = {}
-    for f in sorted(path.glob('hyp.*.en')):
-        split, _, decoder = f.name[len('hyp.'):-len('.en')].rpartition('.')
+    for f in sorted(path.glob(f'hyp.*{tag}.en')):
+        split, _, decoder = f.name[len('hyp.'):-len(f'{tag}.en')].rpartition('.')
         if split and decoder in DECODERS: hypotheses.setdefault(split, {})[decoder] = read_hypotheses(f)
     return Run(path.name, config['position'], config['seed'], path, hypotheses)
 
 # %% ../nbs/16_significance.ipynb #0000000b
 def load_runs(
     folder:str|Path, # a folder of run folders
+    tag:str='',      # which hypotheses, as for `read_run`
 )->dict[str, list[Run]]: # {scheme: its runs, sorted by seed}
     "The runs found under `folder`, grouped by position scheme; folders that are not runs are skipped"
     if not Path(folder).is_dir(): raise FileNotFoundError(f"no folder of runs at {folder}")
-    runs = [r for p in sorted(Path(folder).iterdir()) if p.is_dir() and (r := read_run(p)) is not None]
+    runs = [r for p in sorted(Path(folder).iterdir()) if p.is_dir() and (r := read_run(p, tag)) is not None]
     groups = {}
     for r in sorted(runs, key=lambda r: (r.scheme, r.seed, r.name)): groups.setdefault(r.scheme, []).append(r)
     return groups

@@ -15,11 +15,14 @@
 # and pass carry: [".data", ".whl"].
 #
 # Options (or the environment variables of the same names): --runs (space-separated position:seed list; default five
-# seeds each of sinusoidal and rope), --epochs (epochs per run, default 18: every run the same length), --budget
+# seeds each of sinusoidal and rope), --epochs (epochs per run, default 18: every run the same length), --average (K:
+# each run keeps its last K epochs' weights and, after everything else, decodes test_2016_flickr and the blind sets
+# again with their mean, into hyp.<set>.<decoding>.avgK.en, results.avgK.json and attention.avgK.json; default 5,
+# 0 = none, at most --epochs), --budget
 # (training seconds per run instead, as the first GPU runs used), --deadline (seconds from the script's start after
 # which unfinished runs are stopped, default 560), --max-tokens, --blind (folder of German-only test sets, default .data/multi30k_blind: each
 # run translates them, greedy and beam, into hyp.<set>.<decoding>.en), --out (default runs/gpu_out), --pack.
-# Writes $OUT/mt/<position>_s<seed>/{config.json,tokenizer.json,metrics.jsonl,results.json,attention.json,
+# Writes $OUT/mt/<position>_s<seed>/{config.json,tokenizer.json,metrics.jsonl,results*.json,attention*.json,
 # entropy.json,hyp.*.en,train.log} (no checkpoints) and $OUT/mt/env.txt. With --pack, the same tree goes into ONE
 # archive, $OUT/mt.tar.gz (unpack with `tar xzf mt.tar.gz`), beside $OUT/summary.txt (the summary lines printed
 # last), and nothing else is written under $OUT: a machine that returns at most 8 files (16 MiB each) returns all.
@@ -37,8 +40,9 @@ while [ $# -gt 0 ]; do            # flags; each also reads from the environment 
     --runs) RUNS=$2; shift ;;
     --max-tokens) MAX_TOKENS=$2; shift ;;
     --epochs) EPOCHS=$2; shift ;;
+    --average) AVERAGE=$2; shift ;;
     --blind) BLIND=$2; shift ;;
-    *) echo "gpu_translate: unknown option $1 (--dry, --epochs N, --budget S, --deadline S, --out DIR, --runs LIST, --max-tokens N, --blind DIR, --pack)"; exit 2 ;;
+    *) echo "gpu_translate: unknown option $1 (--dry, --epochs N, --average K, --budget S, --deadline S, --out DIR, --runs LIST, --max-tokens N, --blind DIR, --pack)"; exit 2 ;;
   esac; shift
 done
 if [ -n "${BUDGET:-}" ] && [ -n "${EPOCHS:-}" ]; then
@@ -62,7 +66,7 @@ fi
 if [ "$DRY" = 1 ]; then
   RUNS=${RUNS:-"sinusoidal:0 rope:0 rope+cross:0 hexu:0"}
   common=(--preset tiny --device cpu --threads 1 --n-eval 20); device=cpu
-  [ -n "${BUDGET:-}" ] || EPOCHS=${EPOCHS:-1}; DEADLINE=${DEADLINE:-120}
+  [ -n "${BUDGET:-}" ] || EPOCHS=${EPOCHS:-2}; DEADLINE=${DEADLINE:-120}; AVERAGE=${AVERAGE:-2}
   BLIND=${BLIND:-$work/blind}                    # two made-up "blind" sets, so that their decoding is tested too
   mkdir -p "$BLIND"
   printf 'Ein Hund rennt im Schnee.\n\nZwei Männer spielen Fußball.\n' | gzip > "$BLIND/test_2017_flickr.de.gz"
@@ -73,24 +77,30 @@ else
   [ -f "$root/.data/multi30k/train.de.gz" ] || { echo "gpu_translate: .data/multi30k missing: copy the Multi30k files there (rope-lit-translate download --dir .data/multi30k) and carry .data"; exit 1; }
   common=(--preset base --data "$root/.data/multi30k" --device cuda --threads 2 --epoch-checkpoints 0 ${MAX_TOKENS:+--max-tokens $MAX_TOKENS}); device=cuda
   [ -n "${BUDGET:-}" ] || EPOCHS=${EPOCHS:-18}   # an explicit --budget alone: training time, as the first GPU runs
-  DEADLINE=${DEADLINE:-560}; BLIND=${BLIND:-$root/.data/multi30k_blind}
+  DEADLINE=${DEADLINE:-560}; BLIND=${BLIND:-$root/.data/multi30k_blind}; AVERAGE=${AVERAGE:-5}
 fi
 # A fixed number of epochs skips the greedy validation BLEU after each epoch (validation loss is still logged): with
 # ten runs sharing the GPU it would cost about 125 s of the 560 (the plan is on the GPU translation results page).
 # A time budget keeps it, as the first GPU runs had it.
 case "$DEADLINE" in ''|*[!0-9]*) echo "gpu_translate: --deadline must be a whole number of seconds, got '$DEADLINE'"; exit 2 ;; esac
+case "$AVERAGE" in ''|*[!0-9]*) echo "gpu_translate: --average must be a whole number of epochs (0: none), got '$AVERAGE'"; exit 2 ;; esac
+AVERAGE=$((10#$AVERAGE))                        # 05 -> 5: the job's file names and the summary's must agree
+if [ -n "${EPOCHS:-}" ] && [ "$AVERAGE" -gt "$EPOCHS" ]; then
+  echo "gpu_translate: --average $AVERAGE exceeds --epochs $EPOCHS: a run cannot average more epochs than it trains"; exit 2
+fi
 if [ -n "${EPOCHS:-}" ]; then length=(--epochs "$EPOCHS" --no-val-bleu); else length=(--time-budget "$BUDGET"); fi
 
 pids=()
 for r in $RUNS; do
   pos=${r%%:*}; seed=${r##*:}; name="${pos/+/_}_s$seed"
   rm -rf "${work:?}/$name"
-  $PY "$root/tools/mt_gpu_job.py" --blind "$BLIND" --device "$device" -- train "${common[@]}" --position "$pos" \
-      --seed "$seed" --run-dir "$work/$name" "${length[@]}" --no-progress > "$work/$name.log" 2>&1 &
+  $PY "$root/tools/mt_gpu_job.py" --blind "$BLIND" --device "$device" --average-last "$AVERAGE" -- train "${common[@]}" \
+      --position "$pos" --seed "$seed" --run-dir "$work/$name" "${length[@]}" --keep-epochs "$AVERAGE" --no-progress \
+      > "$work/$name.log" 2>&1 &
   pids+=($!)
 done
 # The hardware and settings, once the runs have started (importing torch and starting CUDA takes seconds).
-{ date -u; $PY -c "import torch, sacrebleu, tokenizers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'sacrebleu', sacrebleu.__version__, 'tokenizers', tokenizers.__version__); print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no CUDA')"; nproc; nvidia-smi --query-gpu=name,memory.total --format=csv 2>/dev/null; echo "RUNS=$RUNS EPOCHS=${EPOCHS:-} BUDGET=${BUDGET:-} DEADLINE=$DEADLINE"; } > "$dest/env.txt" 2>&1
+{ date -u; $PY -c "import torch, sacrebleu, tokenizers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'sacrebleu', sacrebleu.__version__, 'tokenizers', tokenizers.__version__); print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no CUDA')"; nproc; nvidia-smi --query-gpu=name,memory.total --format=csv 2>/dev/null; echo "RUNS=$RUNS EPOCHS=${EPOCHS:-} BUDGET=${BUDGET:-} DEADLINE=$DEADLINE AVERAGE=$AVERAGE"; } > "$dest/env.txt" 2>&1
 # Stop whatever is still running at the deadline, counted from the script's start, so that the copy below always
 # happens within the command's limit: a TERM (a run then stops after its current step), and a KILL 5 s later.
 left=$(( DEADLINE - SECONDS )); [ "$left" -gt 0 ] || left=1
@@ -109,10 +119,16 @@ for r in $RUNS; do
   pos=${r%%:*}; seed=${r##*:}; name="${pos/+/_}_s$seed"
   mkdir -p "$dest/$name"
   cp "$work/$name.log" "$dest/$name/train.log" 2>/dev/null
-  for f in config.json tokenizer.json metrics.jsonl results.json attention.json entropy.json; do cp "$work/$name/$f" "$dest/$name/" 2>/dev/null; done
-  cp "$work/$name"/hyp.*.en "$dest/$name/" 2>/dev/null
+  for f in config.json tokenizer.json metrics.jsonl entropy.json; do cp "$work/$name/$f" "$dest/$name/" 2>/dev/null; done
+  cp "$work/$name"/hyp.*.en "$work/$name"/results*.json "$work/$name"/attention*.json "$dest/$name/" 2>/dev/null
   if [ -f "$dest/$name/results.json" ]; then
-    $PY -c "import json,sys; r=json.load(open(sys.argv[1])); t=r['results']['test_2016_flickr']; print(sys.argv[2], 'tok/s', r['tokens_per_s'], 'epochs', r['epochs'], 'test BLEU greedy', t['greedy']['bleu'], 'beam', t['beam']['bleu'])" "$dest/$name/results.json" "$name"
+    $PY -c "import json,sys,pathlib; r=json.load(open(sys.argv[1])); t=r['results']['test_2016_flickr']
+a = pathlib.Path(sys.argv[1]).with_name(f'results.avg{sys.argv[3]}.json')
+m = json.load(open(a))['results']['test_2016_flickr'] if a.is_file() else None
+print(sys.argv[2], 'tok/s', r['tokens_per_s'], 'epochs', r['epochs'], 'test BLEU greedy', t['greedy']['bleu'], 'beam', t['beam']['bleu'],
+      *(('averaged: greedy', m['greedy']['bleu'], 'beam', m['beam']['bleu']) if m else
+        ('averaged: none (stopped or skipped: see train.log)',) if sys.argv[3] != '0' else ()))" \
+      "$dest/$name/results.json" "$name" "$AVERAGE"
   else echo "$name: no results.json (the end of its train.log follows)"; tail -3 "$dest/$name/train.log"; fi
 done
 [ "$fail" = 0 ] && echo "gpu_translate: all runs finished" || echo "gpu_translate: some runs failed or were stopped"

@@ -43,7 +43,7 @@ def build_parser()->argparse.ArgumentParser:
                    "frequencies); default sinusoidal")
     t.add_argument('--run-dir', required=True, help='folder for this run (created; must not hold a run unless --resume or --overwrite)')
     t.add_argument('--resume', action='store_true', help='continue the run in --run-dir exactly from its last checkpoint '
-                   '(only --epochs, --max-steps, --time-budget, --checkpoint-every, --epoch-checkpoints, --device, --threads, --eval-batch, --no-final-eval apply)')
+                   '(only --epochs, --max-steps, --time-budget, --checkpoint-every, --epoch-checkpoints, --keep-epochs, --device, --threads, --eval-batch, --no-final-eval apply)')
     t.add_argument('--overwrite', action='store_true', help='delete the files of the run already in --run-dir and start again')
     t.add_argument('--data', help="'synthetic', 'multi30k' (found in $ROPE_LIT_MULTI30K, ~/.cache/rope_lit/multi30k, .data/multi30k or shared/data/multi30k beside a checkout) "
                    "or a folder of raw {train,val,test_2016_flickr}.{de,en}[.gz] files")
@@ -66,6 +66,8 @@ def build_parser()->argparse.ArgumentParser:
         t.add_argument(f'--{name}', type=number(kind, 0, low_open=True), dest=name.replace('-', '_'),
                        help=hlp + ' (default: the preset\'s)')
     t.add_argument('--epoch-checkpoints', type=number(int, 0), help='checkpoint every n epochs; 0 = only when training ends (default 1)')
+    t.add_argument('--keep-epochs', type=number(int, 0), help='also keep the weights after each of the last n epochs '
+                   '(checkpoints/epoch_NNN.pt), for evaluate --average-last (default 0: none)')
     t.add_argument('--dropout', type=number(float, 0, 1, high_open=True), help="dropout probability, in [0, 1) (default: the preset's)")
     t.add_argument('--length-penalty', type=number(float, 0), help='GNMT length penalty α of beam search, >= 0 (default 0.6)')
     t.add_argument('--label-smoothing', type=number(float, 0, 1, high_open=True), help='label smoothing ε, in [0, 1) (default 0.1)')
@@ -86,6 +88,8 @@ def build_parser()->argparse.ArgumentParser:
     e.add_argument('--beam-size', type=number(int, 1), help="beam size (default: the run's)")
     e.add_argument('--n-eval', type=number(int, 1), help='score only the first n pairs of each split; writes results.n{n}.json and '
                    'hyp.{split}.{decoding}.n{n}.en beside the full evaluation, never over it')
+    e.add_argument('--average-last', type=number(int, 1), help='score the mean of the weights kept after the last n '
+                   'epochs (train --keep-epochs); writes results.avg{n}.json and hyp.{split}.{decoding}.avg{n}.en')
     e.add_argument('--device', type=_device_name, default='cpu', help="device to decode on (default cpu)")
     e.add_argument('--no-progress', action='store_true', help='no progress bars')
     r = sub.add_parser('translate', help='translate German sentences with a trained run',
@@ -95,6 +99,8 @@ def build_parser()->argparse.ArgumentParser:
     r.add_argument('--beam-size', type=number(int, 1), default=1, help='1 = greedy (default), more = beam search')
     r.add_argument('--length-penalty', type=number(float, 0), default=0.6, help='GNMT length penalty α of beam search (default 0.6)')
     r.add_argument('--device', type=_device_name, default='cpu', help='device to decode on (default cpu)')
+    r.add_argument('--average-last', type=number(int, 1), help='translate with the mean of the weights kept after the '
+                   'last n epochs (train --keep-epochs)')
     r.add_argument('--bf16', action='store_true', help='decode with bfloat16 weights and activations (faster where memory bandwidth limits decoding, e.g. one sentence on a CPU)')
     d = sub.add_parser('download', help='download Multi30k (De-En, about 2 MB) and check its checksums',
                        description='Download the raw Multi30k files, verify their SHA-256 checksums, and keep them where '
@@ -119,6 +125,8 @@ def run_command(args: argparse.Namespace) -> dict | list:
         evaluate,
         translate,
         load_splits,
+        epoch_weights,
+        epoch_number,
     )
 
     if getattr(args, 'device', None) not in (None, 'auto') and args.device.startswith('cuda'):
@@ -140,7 +148,9 @@ def run_command(args: argparse.Namespace) -> dict | list:
             overwrite=args.overwrite,
             progress=not args.no_progress,
         )
-    model, tok, cfg = load_model(args.run_dir, args.device)
+    average = args.average_last or 0
+    averaged = [epoch_number(f) for f in epoch_weights(args.run_dir)[-average:]] if average else None
+    model, tok, cfg = load_model(args.run_dir, args.device, average)
     if args.command == 'translate':
         sents = args.sentences or [l.rstrip('\n') for l in sys.stdin if l.strip()]
         return translate(
@@ -154,13 +164,17 @@ def run_command(args: argparse.Namespace) -> dict | list:
         )
     if args.beam_size:
         cfg.beam_size = args.beam_size
-    tag = ''  # a partial evaluation is written beside the full one, never over it
+    avg_tag = f".avg{average}" if average else ''   # averaged weights and a partial evaluation are written
+    tag = avg_tag + (f".n{args.n_eval}" if args.n_eval else '')   # beside the full evaluation, never over it
     if args.n_eval:
-        cfg.n_eval, tag = args.n_eval, f".n{args.n_eval}"
+        cfg.n_eval = args.n_eval
     path = Path(args.run_dir) / f'results{tag}.json'
     try: summary = json.loads(path.read_text()) if path.exists() else None   # read first: not after the decoding
     except ValueError:
         raise ValueError(f"{path} is not valid JSON: move it away, or restore it from a copy") from None
+    renewed = summary is not None and average and summary.get('averaged_epochs') != averaged
+    if renewed:  # the mean of other epochs than this file's: its scores are replaced, not added to
+        summary = None
     splits = load_splits(cfg)
     res = evaluate(
         model,
@@ -170,14 +184,20 @@ def run_command(args: argparse.Namespace) -> dict | list:
         {s: splits[s] for s in args.splits},
         tuple(args.decodings),
         tag=tag,
+        example_file=f'attention{avg_tag}.json',  # the averaged model's maps are its own
         progress=not args.no_progress,
     )
     if summary is None:
         summary = {'config': json.loads((Path(args.run_dir) / 'config.json').read_text())}
+    if average:
+        summary['averaged_epochs'] = averaged
     summary.setdefault('results', {}).update(res)
     atomic_write(path, json.dumps(summary, indent=1, ensure_ascii=False))
+    if renewed:  # and the other mean's hypotheses go, once the new ones are written
+        written = {f'hyp.{s}.{d}{tag}.en' for s in args.splits for d in args.decodings}
+        for f in Path(args.run_dir).glob(f'hyp.*{tag}.en'):
+            if f.name not in written: f.unlink()
     return res
-
 
 # %% ../../nbs/12a_mt_cli.ipynb #b25f8b96
 def main(argv: list[str] | None = None):

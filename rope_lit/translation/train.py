@@ -6,7 +6,7 @@ Docs: https://rope-lit.github.io/rope_lit/mt_train.html.md"""
 
 # %% ../../nbs/12_mt_train.ipynb #1e4ddece
 from __future__ import annotations
-import contextlib, dataclasses, json, math, os, platform, random, shutil, signal, sys, tempfile, threading, time
+import contextlib, dataclasses, json, math, os, platform, random, re, shutil, signal, sys, tempfile, threading, time
 from dataclasses import dataclass, asdict
 from pathlib import Path
 import torch, torch.nn.functional as F
@@ -29,8 +29,9 @@ except ImportError: tqdm = None
 # %% auto #0
 __all__ = ['PRESETS', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', 'EXAMPLE_DE', 'EXAMPLE_EN', 'RUN_LENGTH_FIELDS', 'RUN_FILES',
            'TranslationConfig', 'make_config', 'noam_lr', 'make_optimizer', 'load_optimizer_state', 'load_splits',
-           'atomic_save', 'rng_state', 'set_rng_state', 'translate', 'score', 'train_step', 'tune_cpu_malloc',
-           'check_device', 'read_checkpoint', 'read_tokenizer', 'read_config', 'hardware', 'eval_loss', 'load_model',
+           'atomic_save', 'rng_state', 'set_rng_state', 'epoch_weights', 'epoch_number', 'keep_epoch_weights',
+           'average_checkpoints', 'translate', 'score', 'train_step', 'tune_cpu_malloc', 'check_device',
+           'read_checkpoint', 'read_tokenizer', 'read_config', 'hardware', 'eval_loss', 'load_model',
            'example_attention', 'evaluate', 'run_files', 'RunDirInUse', 'NonFiniteLoss', 'TrainingInterrupted', 'train']
 
 # %% ../../nbs/12_mt_train.ipynb #eea537c6
@@ -56,6 +57,7 @@ class TranslationConfig:
     time_budget:float|None = None  # stop training after this many seconds (then evaluate)
     checkpoint_every:int = 0       # also checkpoint every n optimizer steps (0: none between epochs)
     epoch_checkpoints:int = 1      # checkpoint every n epochs (0: only when training ends)
+    keep_epochs:int = 0            # also keep the weights after each of the last n epochs, for averaging (0: none)
     val_bleu:bool = True           # greedy BLEU on the validation set after each epoch
     beam_size:int = 4              # final evaluation: beam size
     length_penalty:float = 0.6     # final evaluation: GNMT length penalty α
@@ -148,6 +150,45 @@ def set_rng_state(s:dict):
     "Restore states saved by `rng_state`"
     random.setstate(s['python']); torch.set_rng_state(s['torch'])
     if s.get('cuda') is not None and torch.cuda.is_available(): torch.cuda.set_rng_state_all(s['cuda'])
+
+# %% ../../nbs/12_mt_train.ipynb #41dbb88d
+def epoch_weights(run_dir:str|Path)->list[Path]:
+    "The `checkpoints/epoch_NNN.pt` files of a run, oldest epoch first"
+    found = [(int(m[1]), f) for f in (Path(run_dir)/'checkpoints').glob('epoch_*.pt')
+             if (m := re.fullmatch(r'epoch_(\d+)\.pt', f.name))]
+    return [f for _, f in sorted(found)]
+
+def epoch_number(path:Path)->int:
+    "The epoch of a `checkpoints/epoch_NNN.pt` file: 17 for `epoch_017.pt`"
+    return int(Path(path).stem[len('epoch_'):])
+
+def keep_epoch_weights(model, run_dir:str|Path, epoch:int, keep:int):
+    "Save `model`'s weights as `checkpoints/epoch_NNN.pt` (NNN = `epoch`); delete those outside the last `keep` epochs"
+    atomic_save(dict(model=model.state_dict(), epoch=epoch), Path(run_dir)/'checkpoints'/f'epoch_{epoch:03d}.pt')
+    for f in epoch_weights(run_dir):
+        if not epoch - keep < epoch_number(f) <= epoch: f.unlink()   # older, or left by a run killed later on
+
+# %% ../../nbs/12_mt_train.ipynb #223a74c4
+def average_checkpoints(
+    paths:list,  # checkpoint files, each holding `model` weights of the same model
+)->dict:         # a state dict: the mean of every floating-point tensor; the others, equal in all files, as they are
+    "The element-wise mean of the model weights saved in `paths`, summed in float64"
+    if not paths: raise ValueError("paths: expected at least one checkpoint file, got none")
+    first = total = None
+    for p in paths:
+        ck = load_checkpoint(Path(p), 'checkpoint')   # tensors and plain data only: never runs code
+        w = ck.get('model') if isinstance(ck, dict) else None
+        if not isinstance(w, dict) or not all(isinstance(v, torch.Tensor) for v in w.values()):
+            raise ValueError(f"checkpoint {p}: expected {{'model': {{name: tensor}}}}, as train saves it")
+        if first is None:
+            first, total = w, {k: v.double() if v.is_floating_point() else v for k, v in w.items()}
+            continue
+        if w.keys() != first.keys() or any((w[k].shape, w[k].dtype) != (first[k].shape, first[k].dtype) for k in w):
+            raise ValueError(f"checkpoint {p} holds other weights than {paths[0]} (names, shapes or dtypes differ)")
+        for k, v in w.items():
+            if v.is_floating_point(): total[k] += v.double()
+            elif not torch.equal(v, first[k]): raise ValueError(f"checkpoints {p} and {paths[0]} differ in {k}, which is not averaged")
+    return {k: (v / len(paths)).to(first[k].dtype) if v.is_floating_point() else v for k, v in total.items()}
 
 # %% ../../nbs/12_mt_train.ipynb #56a69c45
 @torch.no_grad()
@@ -322,22 +363,41 @@ def _trim_metrics(path:Path, state:dict):
     atomic_write(path, ''.join(l + '\n' for l in keep))
 
 # %% ../../nbs/12_mt_train.ipynb #6c0092d4
-def load_model(run_dir:str|Path, device='cpu')->tuple[Seq2SeqTransformer,Tokenizer,TranslationConfig]:
-    "The model (weights of `checkpoints/last.pt`), tokenizer and config of a run"
+def load_model(
+    run_dir:str|Path,    # a run directory written by `train`
+    device='cpu',        # where the model goes
+    average_last:int=0,  # 0: `checkpoints/last.pt`'s weights; n: the mean of the last n epochs'
+)->tuple[Seq2SeqTransformer,Tokenizer,TranslationConfig]:
+    "The model, tokenizer and config of a run"
     run_dir = Path(run_dir)
+    if isinstance(average_last, bool) or not isinstance(average_last, int) or average_last < 0:
+        raise ValueError(f"average_last: expected a whole number >= 0 of epochs, got {average_last!r}")
     cfg = read_config(run_dir)
     tok = read_tokenizer(run_dir/'tokenizer.json')
     model = Seq2SeqTransformer(tok.get_vocab_size(), cfg.N, cfg.d_model, cfg.d_ff, cfg.h, cfg.dropout, cfg.position, cfg.max_len)
-    ck = run_dir/'checkpoints'/'last.pt'
-    if not ck.is_file(): raise FileNotFoundError(f"run_dir {run_dir} has no checkpoints/last.pt")
-    try: model.load_state_dict(read_checkpoint(ck)['model'])
-    except (RuntimeError, KeyError) as e:     # other sizes, another position scheme, another vocabulary
+    if average_last:
+        kept = epoch_weights(run_dir)
+        if len(kept) < average_last:
+            raise ValueError(f"average_last={average_last}: run_dir {run_dir} keeps the weights of {len(kept)} epochs; "
+                             f"train with keep_epochs >= {average_last} (--keep-epochs on the command line)")
+        ck, epochs = kept[-average_last:], [epoch_number(f) for f in kept[-average_last:]]
+        if epochs != list(range(epochs[0], epochs[0] + average_last)):
+            raise ValueError(f"average_last={average_last}: run_dir {run_dir} keeps the weights of epochs {epochs}, "
+                             "which do not follow one another: average fewer, or train the run again")
+        weights = average_checkpoints(ck)
+        ck = f"{ck[0]} … {ck[-1].name}"
+    else:
+        ck = run_dir/'checkpoints'/'last.pt'
+        if not ck.is_file(): raise FileNotFoundError(f"run_dir {run_dir} has no checkpoints/last.pt")
+        try: weights = read_checkpoint(ck)['model']
+        except KeyError: raise ValueError(f"checkpoint {ck} has no model weights") from None
+    try: model.load_state_dict(weights)
+    except RuntimeError as e:     # other sizes, another position scheme, another vocabulary
         raise ValueError(f"checkpoint {ck} does not match {run_dir/'config.json'} and the tokenizer "
                          f"({str(e).splitlines()[0][:120]}): the files come from different runs") from None
     model = model.to(check_device(device)).eval()
     if cfg.cpu_speed and model.embed.weight.device.type == 'cpu': speed_up(model)
     return model, tok, cfg
-
 
 # %% ../../nbs/12_mt_train.ipynb #b4a2519e
 EXAMPLE_DE = 'Eine Gruppe von Männern lädt Baumwolle auf einen Lastwagen'
@@ -366,9 +426,10 @@ def evaluate(
     splits:dict,                  # split name -> (source, target) pairs
     decodings:tuple=('greedy', 'beam'), # which decodings
     tag:str='',                   # inserted in the file names: `hyp.{split}.{decoding}{tag}.en`
+    example_file:str='attention.json', # where the example sentence's attention maps go, in `run_dir`
     progress:bool=False,          # a tqdm bar of sentences decoded, per split and decoding
 )->dict:                          # {split: {decoding: scores}} and the report's example
-    "Decode and score `splits`, writing `hyp.{split}.{decoding}{tag}.en` and the example's `attention.json` to `run_dir`"
+    "Decode and score `splits`, writing `hyp.{split}.{decoding}{tag}.en` and the example's `example_file` to `run_dir`"
     out = {}
     for split, pairs in splits.items():
         out[split] = {}
@@ -382,23 +443,24 @@ def evaluate(
             atomic_write(Path(run_dir)/f"hyp.{split}.{dec}{tag}.en", ''.join(h + '\n' for h in hyps))
             out[split][dec] = dict(score(hyps, [t for _, t in pairs]), n=len(pairs), seconds=round(time.time() - t0, 2),
                                    **({'beam_size': k, 'length_penalty': cfg.length_penalty} if k > 1 else {}))
-    atomic_write(Path(run_dir)/'attention.json', json.dumps(example_attention(model, tok, EXAMPLE_DE, cfg.max_len), ensure_ascii=False))
+    atomic_write(Path(run_dir)/example_file, json.dumps(example_attention(model, tok, EXAMPLE_DE, cfg.max_len), ensure_ascii=False))
     out['example'] = dict(source=EXAMPLE_DE, reference=EXAMPLE_EN,
                           greedy=translate(model, tok, [EXAMPLE_DE], 1, max_len=cfg.max_len)[0],
                           beam=translate(model, tok, [EXAMPLE_DE], cfg.beam_size, cfg.length_penalty, cfg.max_len)[0])
     return out
 
 # %% ../../nbs/12_mt_train.ipynb #3113ea85
-RUN_LENGTH_FIELDS = ('epochs', 'max_steps', 'time_budget', 'final_eval', 'checkpoint_every', 'epoch_checkpoints', 'device', 'threads', 'eval_batch')
+RUN_LENGTH_FIELDS = ('epochs', 'max_steps', 'time_budget', 'final_eval', 'checkpoint_every', 'epoch_checkpoints', 'keep_epochs', 'device', 'threads', 'eval_batch')
 RUN_FILES = ('config.json', 'tokenizer.json', 'checkpoints', 'metrics.jsonl', 'results.json', 'attention.json')
 
 # %% ../../nbs/12_mt_train.ipynb #618738b6
 def run_files(run_dir:str|Path)->list[str]:
-    "Names in `run_dir` that belong to a run: `RUN_FILES`, `hyp.*.en`, `results.n*.json`"
+    "Names in `run_dir` that belong to a run: `RUN_FILES`, `hyp.*.en`, `results.*.json` and `attention.*.json` of evaluate"
     d = Path(run_dir)
     if not d.is_dir(): return []
-    return sorted(p.name for p in d.iterdir() if p.name in RUN_FILES or (p.name.startswith('hyp.') and p.name.endswith('.en'))
-                  or (p.name.startswith('results.n') and p.name.endswith('.json')))
+    ours = lambda n: (n in RUN_FILES or (n.startswith('hyp.') and n.endswith('.en'))
+                      or re.fullmatch(r'(results|attention)(\.avg\d+)?(\.n\d+)?\.json', n))
+    return sorted(p.name for p in d.iterdir() if ours(p.name))
 
 # %% ../../nbs/12_mt_train.ipynb #77584457
 class RunDirInUse(FileExistsError):
@@ -490,6 +552,9 @@ def train(
         ck = read_checkpoint(ck_path, map_location=device)
         model.load_state_dict(ck['model']); load_optimizer_state(opt, ck['optimizer']); sched.load_state_dict(ck['scheduler'])
         st = ck['state']; set_rng_state(ck['rng'][rank] if isinstance(ck['rng'], list) else ck['rng'])
+        if main:   # weights a killed run kept after its last checkpoint are not this run's: training redoes them
+            for f in epoch_weights(run_dir):
+                if epoch_number(f) > st['epoch']: f.unlink()
         if main: print(f"resuming from step {st['step']} (epoch {st['epoch'] + 1})", file=sys.stderr, flush=True)
     net = model
     if world > 1: net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == 'cuda' else None)
@@ -508,8 +573,11 @@ def train(
                                 f"{st['epoch'] + 1}); {kept} and nothing was written over; train again with a "
                                 "smaller learning-rate factor or a longer warm-up")
 
-    def save():
+    def check_weights():
         diverged('weights', bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all()))  # one read
+
+    def save():
+        check_weights()
         rngs = [None] * world
         if world > 1: dist.all_gather_object(rngs, rng_state())
         else: rngs = [rng_state()]
@@ -573,6 +641,10 @@ def train(
                         rec['val_bleu'] = score(hyps, [t for _, t in splits['val']])['bleu']
                     _log(metrics, rec)
                 if world > 1: dist.barrier()
+                if cfg.keep_epochs and (st['epoch'] > cfg.epochs - cfg.keep_epochs or cfg.time_budget is not None
+                                        or cfg.max_steps is not None):   # a run that may stop early keeps each epoch's
+                    check_weights()
+                    if main: keep_epoch_weights(model, run_dir, st['epoch'], cfg.keep_epochs)
                 if cfg.epoch_checkpoints and st['epoch'] % cfg.epoch_checkpoints == 0 and st['epoch'] < cfg.epochs: save()
                 stopped = out_of_time()
         save()
