@@ -49,6 +49,8 @@ def main():
     run_dir = Path(train_args[train_args.index('--run-dir') + 1])
     model, tok, cfg = load_model(run_dir, args.device)
     files = sorted(Path(args.blind).glob('*.de*')) if args.blind else []
+    if args.blind and not files: print(f"{run_dir.name}: no German sources (*.de, *.de.gz) in {args.blind}: "
+                                       "no blind test set translated", flush=True)
     translate_blind(model, tok, cfg, files, run_dir)
     splits = load_splits(cfg)
     test = encode_pairs(tok, splits['test_2016_flickr'], cfg.max_len)             # after the translations: a

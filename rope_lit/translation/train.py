@@ -30,8 +30,8 @@ except ImportError: tqdm = None
 __all__ = ['PRESETS', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', 'EXAMPLE_DE', 'EXAMPLE_EN', 'RUN_LENGTH_FIELDS', 'RUN_FILES',
            'TranslationConfig', 'make_config', 'noam_lr', 'make_optimizer', 'load_optimizer_state', 'load_splits',
            'atomic_save', 'rng_state', 'set_rng_state', 'epoch_weights', 'epoch_number', 'keep_epoch_weights',
-           'average_checkpoints', 'translate', 'score', 'train_step', 'tune_cpu_malloc', 'check_device',
-           'read_checkpoint', 'read_tokenizer', 'read_config', 'hardware', 'eval_loss', 'load_model',
+           'drop_stale_epoch_weights', 'average_checkpoints', 'translate', 'score', 'train_step', 'tune_cpu_malloc',
+           'check_device', 'read_checkpoint', 'read_tokenizer', 'read_config', 'hardware', 'eval_loss', 'load_model',
            'example_attention', 'evaluate', 'run_files', 'RunDirInUse', 'NonFiniteLoss', 'TrainingInterrupted', 'train']
 
 # %% ../../nbs/12_mt_train.ipynb #eea537c6
@@ -167,6 +167,13 @@ def keep_epoch_weights(model, run_dir:str|Path, epoch:int, keep:int):
     atomic_save(dict(model=model.state_dict(), epoch=epoch), Path(run_dir)/'checkpoints'/f'epoch_{epoch:03d}.pt')
     for f in epoch_weights(run_dir):
         if not epoch - keep < epoch_number(f) <= epoch: f.unlink()   # older, or left by a run killed later on
+
+def drop_stale_epoch_weights(run_dir:str|Path, cfg:TranslationConfig, epoch:int):
+    "On resuming at `epoch`: delete kept weights of later epochs (a killed run's) and, in a run that ends at `cfg.epochs`, of epochs before its last `cfg.keep_epochs`"
+    fixed = cfg.keep_epochs and cfg.time_budget is None and cfg.max_steps is None
+    for f in epoch_weights(run_dir):
+        n = epoch_number(f)
+        if n > epoch or (fixed and n <= cfg.epochs - cfg.keep_epochs): f.unlink()
 
 # %% ../../nbs/12_mt_train.ipynb #223a74c4
 def average_checkpoints(
@@ -552,9 +559,7 @@ def train(
         ck = read_checkpoint(ck_path, map_location=device)
         model.load_state_dict(ck['model']); load_optimizer_state(opt, ck['optimizer']); sched.load_state_dict(ck['scheduler'])
         st = ck['state']; set_rng_state(ck['rng'][rank] if isinstance(ck['rng'], list) else ck['rng'])
-        if main:   # weights a killed run kept after its last checkpoint are not this run's: training redoes them
-            for f in epoch_weights(run_dir):
-                if epoch_number(f) > st['epoch']: f.unlink()
+        if main: drop_stale_epoch_weights(run_dir, cfg, st['epoch'])
         if main: print(f"resuming from step {st['step']} (epoch {st['epoch'] + 1})", file=sys.stderr, flush=True)
     net = model
     if world > 1: net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == 'cuda' else None)
