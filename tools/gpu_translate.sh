@@ -11,6 +11,8 @@
 #
 # Before calling the device tool, on this machine:
 #     mkdir -p .data && cp -r ../shared/data/multi30k ../shared/data/multi30k_blind .data/   # data (git-ignored)
+#     (elsewhere: rope-lit-translate download --dir .data/multi30k, and the German test_2017_flickr.de.gz and
+#      test_2018_flickr.de.gz of the same Multi30k repository into .data/multi30k_blind: see the GPU how-to page)
 #     pip download --no-deps -d .whl fastcore                                # if .whl/ has no fastcore wheel yet
 # and pass carry: [".data", ".whl"].
 #
