@@ -12,7 +12,8 @@ import torch
 from .data import PAD, collate
 
 # %% auto #0
-__all__ = ['load_run', 'runs_table', 'scheme_table', 'plot_curves', 'attention_grid', 'plot_attention', 'attention_entropy']
+__all__ = ['KINDS', 'load_run', 'runs_table', 'scheme_table', 'plot_curves', 'attention_grid', 'plot_attention',
+           'attention_entropy', 'entropy_summary', 'entropy_table', 'plot_entropy']
 
 # %% ../../nbs/13_mt_results.ipynb #28ddfe99
 def load_run(path:str|Path)->dict:
@@ -147,3 +148,48 @@ def attention_entropy(
     out = {k: [round(t / count[k], 4) for t in total[k]] for k in kinds}
     return dict(out, uniform={k: round(uniform[k] / count[k], 4) for k in kinds},
                 sentences=len(examples), query_tokens=count)
+
+# %% ../../nbs/13_mt_results.ipynb #0f70411d
+KINDS = ('encoder', 'decoder', 'cross')
+
+def _mean_sd(xs:list)->tuple:   # (mean, sd over seeds or None for one, count)
+    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else None), len(xs)
+
+def entropy_summary(
+    folder:str|Path,   # a folder of run folders, each with `config.json` (`position`, `seed`) and `entropy.json`
+)->dict:               # {scheme: {kind: {'layers': [(mean, sd, n)], 'trend': (mean, sd, n)}}}
+    "Mean attention entropy per scheme, kind and layer over the seeds, and the last-minus-first-layer trend"
+    runs = {}
+    for d in sorted(p for p in Path(folder).iterdir() if (p/'entropy.json').is_file() and (p/'config.json').is_file()):
+        cfg, ent = json.loads((d/'config.json').read_text()), json.loads((d/'entropy.json').read_text())
+        runs.setdefault(cfg['position'], []).append(ent)
+    return {s: {k: dict(layers=[_mean_sd([e[k][j] for e in es]) for j in range(len(es[0][k]))],
+                        trend=_mean_sd([e[k][-1] - e[k][0] for e in es])) for k in KINDS}
+            for s, es in sorted(runs.items())}
+
+def entropy_table(summary:dict)->str:
+    "`entropy_summary` as a markdown table: mean ± sd (nats) per layer, and the trend, one row per scheme and kind"
+    cell = lambda m: f"{m[0]:.3f} ± {m[1]:.3f}" if m[1] is not None else f"{m[0]:.3f}"
+    n = max(len(v['layers']) for kinds in summary.values() for v in kinds.values())
+    head = ['| scheme | kind | seeds | ' + ' | '.join(f'layer {j + 1}' for j in range(n)) + ' | last − first |',
+            '|---|---|---:|' + '---:|' * (n + 1)]
+    rows = [f"| {s} | {k} | {v['trend'][2]} | " + ' | '.join(cell(m) for m in v['layers']) + f" | {cell(v['trend'])} |"
+            for s, kinds in summary.items() for k, v in kinds.items()]
+    return '\n'.join(head + rows)
+
+# %% ../../nbs/13_mt_results.ipynb #221f2a6b
+def plot_entropy(summary:dict):
+    "Entropy against layer, one panel per kind, a line per scheme with a band of ± one sd over seeds"
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3), dpi=150, sharey=True)
+    for ax, k in zip(axes, KINDS):
+        for s, kinds in summary.items():
+            m = kinds[k]['layers']; x = range(1, len(m) + 1)
+            ax.plot(x, [a for a, _, _ in m], marker='o', label=s)
+            if all(sd is not None for _, sd, _ in m):
+                ax.fill_between(x, [a - sd for a, sd, _ in m], [a + sd for a, sd, _ in m], alpha=0.2)
+        ax.set_title({'encoder': 'encoder self', 'decoder': 'decoder self', 'cross': 'cross'}[k])
+        ax.set_xlabel('layer'); ax.set_xticks(list(x))
+    axes[0].set_ylabel('mean entropy (nats)'); axes[-1].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
