@@ -29,10 +29,11 @@ except ImportError: tqdm = None
 # %% auto #0
 __all__ = ['PRESETS', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', 'EXAMPLE_DE', 'EXAMPLE_EN', 'RUN_LENGTH_FIELDS', 'RUN_FILES',
            'TranslationConfig', 'make_config', 'noam_lr', 'make_optimizer', 'load_optimizer_state', 'load_splits',
-           'atomic_save', 'rng_state', 'set_rng_state', 'epoch_weights', 'epoch_number', 'keep_epoch_weights',
-           'drop_stale_epoch_weights', 'average_checkpoints', 'translate', 'score', 'train_step', 'tune_cpu_malloc',
-           'check_device', 'read_checkpoint', 'read_tokenizer', 'read_config', 'hardware', 'eval_loss', 'load_model',
-           'example_attention', 'evaluate', 'run_files', 'RunDirInUse', 'NonFiniteLoss', 'TrainingInterrupted', 'train']
+           'atomic_save', 'rng_state', 'set_rng_state', 'epoch_number', 'epoch_weights', 'may_stop_early',
+           'keep_epoch_weights', 'drop_stale_epoch_weights', 'average_checkpoints', 'translate', 'score', 'train_step',
+           'tune_cpu_malloc', 'check_device', 'read_checkpoint', 'read_tokenizer', 'read_config', 'hardware',
+           'eval_loss', 'load_model', 'example_attention', 'evaluate', 'run_files', 'RunDirInUse', 'NonFiniteLoss',
+           'TrainingInterrupted', 'train']
 
 # %% ../../nbs/12_mt_train.ipynb #eea537c6
 @dataclass
@@ -152,15 +153,18 @@ def set_rng_state(s:dict):
     if s.get('cuda') is not None and torch.cuda.is_available(): torch.cuda.set_rng_state_all(s['cuda'])
 
 # %% ../../nbs/12_mt_train.ipynb #41dbb88d
-def epoch_weights(run_dir:str|Path)->list[Path]:
-    "The `checkpoints/epoch_NNN.pt` files of a run, oldest epoch first"
-    found = [(int(m[1]), f) for f in (Path(run_dir)/'checkpoints').glob('epoch_*.pt')
-             if (m := re.fullmatch(r'epoch_(\d+)\.pt', f.name))]
-    return [f for _, f in sorted(found)]
-
 def epoch_number(path:Path)->int:
     "The epoch of a `checkpoints/epoch_NNN.pt` file: 17 for `epoch_017.pt`"
     return int(Path(path).stem[len('epoch_'):])
+
+def epoch_weights(run_dir:str|Path)->list[Path]:
+    "The `checkpoints/epoch_NNN.pt` files of a run, oldest epoch first"
+    found = [f for f in (Path(run_dir)/'checkpoints').glob('epoch_*.pt') if re.fullmatch(r'epoch_\d+\.pt', f.name)]
+    return sorted(found, key=epoch_number)
+
+def may_stop_early(cfg:TranslationConfig)->bool:
+    "Whether a run can end before `cfg.epochs` (a time budget or a step limit): it then keeps every epoch's weights"
+    return cfg.time_budget is not None or cfg.max_steps is not None
 
 def keep_epoch_weights(model, run_dir:str|Path, epoch:int, keep:int):
     "Save `model`'s weights as `checkpoints/epoch_NNN.pt` (NNN = `epoch`); delete those outside the last `keep` epochs"
@@ -170,7 +174,7 @@ def keep_epoch_weights(model, run_dir:str|Path, epoch:int, keep:int):
 
 def drop_stale_epoch_weights(run_dir:str|Path, cfg:TranslationConfig, epoch:int):
     "On resuming at `epoch`: delete kept weights of later epochs (a killed run's) and, in a run that ends at `cfg.epochs`, of epochs before its last `cfg.keep_epochs`"
-    fixed = cfg.keep_epochs and cfg.time_budget is None and cfg.max_steps is None
+    fixed = cfg.keep_epochs and not may_stop_early(cfg)
     for f in epoch_weights(run_dir):
         n = epoch_number(f)
         if n > epoch or (fixed and n <= cfg.epochs - cfg.keep_epochs): f.unlink()
@@ -646,8 +650,7 @@ def train(
                         rec['val_bleu'] = score(hyps, [t for _, t in splits['val']])['bleu']
                     _log(metrics, rec)
                 if world > 1: dist.barrier()
-                if cfg.keep_epochs and (st['epoch'] > cfg.epochs - cfg.keep_epochs or cfg.time_budget is not None
-                                        or cfg.max_steps is not None):   # a run that may stop early keeps each epoch's
+                if cfg.keep_epochs and (st['epoch'] > cfg.epochs - cfg.keep_epochs or may_stop_early(cfg)):
                     check_weights()
                     if main: keep_epoch_weights(model, run_dir, st['epoch'], cfg.keep_epochs)
                 if cfg.epoch_checkpoints and st['epoch'] % cfg.epoch_checkpoints == 0 and st['epoch'] < cfg.epochs: save()
