@@ -217,6 +217,10 @@ def _check_inputs(self:RotaryMultiHeadAttention, x, memory, is_causal, memory_po
     if not isinstance(x, Tensor) or x.ndim != 3 or x.shape[-1] != self.d_model:
         raise ValueError(f"x must be a (batch, q_len, d_model={self.d_model}) tensor, got {tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
     if cache is not None and not isinstance(cache, KVCache): raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
+    want = self.q_proj.weight.dtype                     # under autocast the layers cast their inputs themselves
+    for name, t in (('x', x), ('memory', memory)):
+        if isinstance(t, Tensor) and t.dtype != want and not torch.is_autocast_enabled(t.device.type):
+            raise TypeError(f"{name} must have the module's dtype {want}, got {t.dtype}: convert it, or the module with .to()")
     batch = x.shape[0]
     if memory is None:
         if cache is not None and cache.memory is not None: raise ValueError("this cache holds cross-attention memory: pass memory=")
@@ -259,13 +263,13 @@ def forward(self:RotaryMultiHeadAttention,
                 q, k = self.rotary(q, k, positions=positions, offset=offset)
             if cache is not None: k, v = cache.append(k, v)  # keys stored rotated, once
     else:                                        # cross-attention: memory keys at their positions
+        if self.rotary is not None: q = self.rotary.rotate(q, positions=positions, offset=offset)
         if kv is None:
             k = self._split_heads(self.k_proj(memory), self.n_kv_heads)
             v = self._split_heads(self.v_proj(memory), self.n_kv_heads)
             if self.rotary is not None: k = self.rotary.rotate(k, positions=memory_positions)
-            if cache is not None: cache.memory = (k, v)
+            if cache is not None: cache.memory = (k, v)   # only once both rotations have passed their checks
         else: k, v = kv
-        if self.rotary is not None: q = self.rotary.rotate(q, positions=positions, offset=offset)
     if cache is not None: cache.position += q_len
     if attn_mask is not None and attn_mask.dtype != torch.bool: attn_mask = attn_mask.to(q.dtype)
     # q_len == kv_len, decided on Python ints (so a plain bool under torch.compile's symbolic lengths too)

@@ -117,6 +117,8 @@ def rotary_qk_compiled(
     check_qk_args(q, k, cos, sin, positions, inplace)
     if q.shape[2] == 0: return (q, k) if inplace else (q.clone(), k.clone())   # nothing to rotate
     cos, sin, positions, offset = offset_rows(q, cos, sin, positions, offset)
+    if positions is None and offset is None and cos.shape[-2] > q.shape[2]:   # a longer table: its first rows
+        cos, sin = cos[..., :q.shape[2], :], sin[..., :q.shape[2], :]
     if offset is not None:
         positions = (positions if positions is not None
                      else torch.arange(q.shape[2], device=q.device)) + offset[:, None]

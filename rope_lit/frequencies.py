@@ -39,6 +39,8 @@ def rope_frequencies(
     if dim <= 0 or dim % 2: raise ValueError(f"dim must be a positive even integer, got {dim}")
     if not (isinstance(base, (int, float)) and math.isfinite(base) and base > 1):
         raise ValueError(f"base must be a finite number > 1, got {base!r}")
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise TypeError(f"dtype must be a floating-point torch.dtype (frequencies are fractions), got {dtype!r}")
     exponents = torch.arange(0, dim, 2, dtype=torch.float64) / dim
     inv_freq = float(base) ** -exponents
     if scaling is None:
@@ -109,6 +111,8 @@ def cos_sum_context_length(
     "The context length Men et al.'s criterion allows: B_m = Σ_t cos(m·θ_t) stays ≥ 0 for m ≤ L"
     if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 0:
         raise ValueError(f"max_len must be a non-negative int, got {max_len!r}")
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0:
+        raise ValueError(f"chunk must be a positive int, got {chunk!r}")
     for start in range(0, max_len + 1, chunk):
         distances = torch.arange(start, min(start + chunk, max_len + 1))
         negative = (rope_cos_sum(inv_freq, distances) < 0).nonzero()

@@ -18,104 +18,10 @@ _all_ = ['rotate_complex', 'complex_viewable', 'apply_rotary', 'rotary_cos_sin',
          'check_table_rows', 'rotary_qk', 'check_disjoint']
 
 # %% auto #0
-__all__ = ['GROW_LIMIT', 'MAX_POSITION', 'rotary_matrix_dense', 'apply_rotary_dense', 'apply_rotary_complex',
-           'LabmlRotaryPositionalEmbeddings', 'course_sinusoid', 'course_apply_rotary_emb', 'resolve_backend',
-           'RotaryEmbedding', 'frequency_pair_streams', 'grid_positions', 'varlen_positions', 'rotate_complex',
-           'complex_viewable', 'apply_rotary', 'rotary_cos_sin', 'apply_rotary_', 'check_table_rows', 'rotary_qk',
-           'check_disjoint']
-
-# %% ../nbs/02_rope.ipynb #ff640001
-def rotary_matrix_dense(
-    positions:Tensor,  # (n,) integer positions
-    dim:int,           # rotary dimension d, even
-    base=10000.0,      # θ_i = base^(-2i/d)
-)->Tensor:             # (n, d, d) float64, interleaved pairs (2i, 2i+1)
-    "The blog post's dense rotary matrices R_{Θ,m} (fixed: positions from 0), in float64"
-    i = torch.arange(dim//2)
-    theta = base ** (-2.0 * i.double() / dim)
-    m_theta = positions.double()[:, None] * theta
-    R = torch.zeros(len(positions), dim, dim, dtype=torch.float64)
-    R[:, 2*i, 2*i], R[:, 2*i, 2*i+1] = m_theta.cos(), -m_theta.sin()
-    R[:, 2*i+1, 2*i], R[:, 2*i+1, 2*i+1] = m_theta.sin(), m_theta.cos()
-    return R
-
-# %% ../nbs/02_rope.ipynb #32d2ee70
-def apply_rotary_dense(
-    x:Tensor,          # (..., seq, d)
-    positions:Tensor,  # (seq,) integer positions
-    base=10000.0,
-    interleaved=True,  # False: split-halves pairs, via the derivation's permutation
-)->Tensor:             # float64 R_{Θ,m} x (column-vector convention: R @ x, not x @ R)
-    "Rotate `x` by explicit dense matrices (reference; O(seq·d²))"
-    d = x.shape[-1]
-    R = rotary_matrix_dense(positions, d, base)
-    if not interleaved:  # conjugate by the permutation: the half layout's matrix is P^T R P
-        from rope_lit.derivation import half_to_interleaved_permutation
-        perm = torch.from_numpy(half_to_interleaved_permutation(d))
-        inverse = torch.argsort(perm)  # x_half[a] = x_interleaved[inverse[a]]
-        R = R[:, inverse][:, :, inverse]
-    return torch.einsum('sij,...sj->...si', R, x.double())
-
-# %% ../nbs/02_rope.ipynb #6ef5c28a
-def apply_rotary_complex(
-    x:Tensor,          # (..., seq, d)
-    positions:Tensor,  # (seq,) integer positions
-    base=10000.0,
-)->Tensor:             # float64, interleaved pairs
-    "RoFormer/LLaMA complex form: z_i · e^{i m θ_i}, z_i = x_{2i} + i x_{2i+1}, in complex128"
-    d = x.shape[-1]
-    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-    angles = positions.double()[:, None] * theta
-    freqs_cis = torch.polar(torch.ones_like(angles), angles)
-    z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], d//2, 2).contiguous())
-    return torch.view_as_real(z * freqs_cis).flatten(-2)
-
-# %% ../nbs/02_rope.ipynb #4c7d1d06
-class LabmlRotaryPositionalEmbeddings(nn.Module):
-    "labml's RoPE module, re-typed: x (seq, batch, heads, d_full), first `d` features rotated"
-    def __init__(self, d:int, base:int=10_000):
-        super().__init__()
-        if d % 2:  # labml's example used d=3
-            raise ValueError(f"d must be even (features are rotated in pairs), got {d}")
-        self.base, self.d, self.cos_cached, self.sin_cached = base, d, None, None
-    def _build_cache(self, x):
-        if self.cos_cached is not None and x.shape[0] <= self.cos_cached.shape[0]: return
-        seq_len = x.shape[0]
-        theta = 1. / (self.base ** (torch.arange(0, self.d, 2).float() / self.d)).to(x.device)
-        seq_idx = torch.arange(seq_len, device=x.device).float()
-        idx_theta = torch.einsum('n,d->nd', seq_idx, theta)
-        idx_theta2 = torch.cat([idx_theta, idx_theta], dim=1)
-        self.cos_cached = idx_theta2.cos()[:, None, None, :]
-        self.sin_cached = idx_theta2.sin()[:, None, None, :]
-    def _neg_half(self, x):
-        d_2 = self.d // 2
-        return torch.cat([-x[:, :, :, d_2:], x[:, :, :, :d_2]], dim=-1)
-    def forward(self, x):
-        self._build_cache(x)
-        x_rope, x_pass = x[..., :self.d], x[..., self.d:]
-        neg_half_x = self._neg_half(x_rope)
-        x_rope = x_rope * self.cos_cached[:x.shape[0]] + neg_half_x * self.sin_cached[:x.shape[0]]
-        return torch.cat((x_rope, x_pass), dim=-1)
-
-# %% ../nbs/02_rope.ipynb #989cf12e
-def course_sinusoid(seq_len:int, d_k:int, fn=torch.sin)->Tensor:
-    "The report's `generate_sin_embedding`/`generate_cos_embedding` (`fn`): (1, 1, seq_len, d_k)"
-    position = torch.arange(0, seq_len).unsqueeze(1)
-    div_term = torch.exp(torch.arange(0, d_k, 2, dtype=torch.float32) * -(math.log(10000.0) / d_k))
-    emb = torch.zeros(seq_len, d_k)
-    emb[:, 0::2] = fn(position * div_term)
-    emb[:, 1::2] = fn(position * div_term)
-    return emb.unsqueeze(0).unsqueeze(0)
-
-# %% ../nbs/02_rope.ipynb #f25d13a1
-def course_apply_rotary_emb(tensor1:Tensor, d_k:int)->Tensor:
-    "The report's `apply_rotary_emb`: tensor1 (batch, heads, seq, d_k) rotated by Eq. (4)"
-    tensor2 = tensor1.clone()
-    tensor2[..., 0::2] = -tensor1[..., 1::2]
-    tensor2[..., 1::2] = tensor1[..., 0::2]
-    sin = course_sinusoid(tensor1.shape[-2], d_k, torch.sin).to(tensor1.device)
-    cos = course_sinusoid(tensor1.shape[-2], d_k, torch.cos).to(tensor1.device)
-    return tensor1 * cos + tensor2 * sin
+__all__ = ['GROW_LIMIT', 'MAX_POSITION', 'resolve_backend', 'RotaryEmbedding', 'rotary_matrix_dense', 'apply_rotary_dense',
+           'apply_rotary_complex', 'LabmlRotaryPositionalEmbeddings', 'course_sinusoid', 'course_apply_rotary_emb',
+           'frequency_pair_streams', 'grid_positions', 'varlen_positions', 'rotate_complex', 'complex_viewable',
+           'apply_rotary', 'rotary_cos_sin', 'apply_rotary_', 'check_table_rows', 'rotary_qk', 'check_disjoint']
 
 # %% ../nbs/02_rope.ipynb #9f647438
 def resolve_backend(
@@ -397,7 +303,7 @@ def _check_offset(offset, batch:int):
         if tuple(offset.shape) != (batch,): raise ValueError(f"offset tensor must have shape (batch,) = ({batch},), got {tuple(offset.shape)}")
     elif isinstance(offset, bool) or not isinstance(offset, int): raise TypeError(f"offset must be an int or an integer tensor of shape (batch,), got {type(offset).__name__}")
     elif offset < 0: raise ValueError(f"offset must be non-negative, got {offset}")
-    elif offset > MAX_POSITION:
+    elif offset >= MAX_POSITION:
         raise IndexError(f"offset {offset} is past 2**53, beyond which float64 angles no longer tell "
                          "neighbouring positions apart")
 
@@ -432,6 +338,9 @@ def cos_sin(self:RotaryEmbedding,
             raise ValueError(f"{name} is on the meta device, which holds no values: give it on {where}")
     table_dtype = torch.float64 if dtype == torch.float64 else torch.float32
     if positions is None and not isinstance(offset, Tensor):
+        if offset + seq > MAX_POSITION:
+            raise IndexError(f"offset {offset} (with {seq} positions) is past 2**53, beyond which float64 "
+                             "angles no longer tell neighbouring positions apart")
         # compiled without a fixed table: angles in the graph, so no length is baked into guards
         in_graph = torch.compiler.is_compiling() and self.max_seq_len is None
         if table_dtype == torch.float32 and not in_graph: return self._rows(offset, seq)
@@ -442,15 +351,18 @@ def cos_sin(self:RotaryEmbedding,
     checks = []   # no value checks while compiling, or with validate_positions='off'
     skip = torch.compiler.is_compiling() or self.validate_positions == 'off'
     # negative, or so large that adding the offset could wrap around in int64: one shift, one reduction
-    too_far = lambda t: (t >> 53).any()
+    too_far = lambda t: (t.long() >> 53).any()           # unsigned dtypes too (uint64 past 2**63: negative)
     if positions is not None and not skip:
         checks.append((too_far(positions), "positions must be non-negative (and below 2**53)"))
     if isinstance(offset, Tensor) and not skip:
         checks.append((too_far(offset), "offset must be non-negative (and below 2**53)"))
     if positions is None: positions = torch.arange(seq, device=device)
-    positions = positions.to(device)
+    positions = positions.to(device, torch.long)         # int64: adding the offset cannot wrap around
     if isinstance(offset, Tensor): positions = positions + offset.to(device)[:, None]
     elif offset: positions = positions + offset
+    if (isinstance(offset, Tensor) or offset) and not skip:   # each below 2**53, but their sum may not be
+        checks.append((too_far(positions), "positions + offset must be below 2**53, beyond which float64 angles "
+                       "no longer tell neighbouring positions apart"))
     # compiled: angles computed in the graph, never a gather that the compiled code would not bounds-check
     if self._dynamic:                           # θ of ℓ = the largest position + 1, found on the device
         if positions.numel(): length = positions.max() + 1
@@ -598,6 +510,99 @@ def set_frequencies(self:RotaryEmbedding,
     self.__dict__['_attention_factor'] = factor
     self._build(len(self.cos_cached))
     return self
+
+# %% ../nbs/02_rope.ipynb #ff640001
+def rotary_matrix_dense(
+    positions:Tensor,  # (n,) integer positions
+    dim:int,           # rotary dimension d, even
+    base=10000.0,      # θ_i = base^(-2i/d)
+)->Tensor:             # (n, d, d) float64, interleaved pairs (2i, 2i+1)
+    "The blog post's dense rotary matrices R_{Θ,m} (fixed: positions from 0), in float64"
+    i = torch.arange(dim//2)
+    theta = base ** (-2.0 * i.double() / dim)
+    m_theta = positions.double()[:, None] * theta
+    R = torch.zeros(len(positions), dim, dim, dtype=torch.float64)
+    R[:, 2*i, 2*i], R[:, 2*i, 2*i+1] = m_theta.cos(), -m_theta.sin()
+    R[:, 2*i+1, 2*i], R[:, 2*i+1, 2*i+1] = m_theta.sin(), m_theta.cos()
+    return R
+
+# %% ../nbs/02_rope.ipynb #32d2ee70
+def apply_rotary_dense(
+    x:Tensor,          # (..., seq, d)
+    positions:Tensor,  # (seq,) integer positions
+    base=10000.0,
+    interleaved=True,  # False: split-halves pairs, via the derivation's permutation
+)->Tensor:             # float64 R_{Θ,m} x (column-vector convention: R @ x, not x @ R)
+    "Rotate `x` by explicit dense matrices (reference; O(seq·d²))"
+    d = x.shape[-1]
+    R = rotary_matrix_dense(positions, d, base)
+    if not interleaved:  # conjugate by the permutation: the half layout's matrix is P^T R P
+        from rope_lit.derivation import half_to_interleaved_permutation
+        perm = torch.from_numpy(half_to_interleaved_permutation(d))
+        inverse = torch.argsort(perm)  # x_half[a] = x_interleaved[inverse[a]]
+        R = R[:, inverse][:, :, inverse]
+    return torch.einsum('sij,...sj->...si', R, x.double())
+
+# %% ../nbs/02_rope.ipynb #6ef5c28a
+def apply_rotary_complex(
+    x:Tensor,          # (..., seq, d)
+    positions:Tensor,  # (seq,) integer positions
+    base=10000.0,
+)->Tensor:             # float64, interleaved pairs
+    "RoFormer/LLaMA complex form: z_i · e^{i m θ_i}, z_i = x_{2i} + i x_{2i+1}, in complex128"
+    d = x.shape[-1]
+    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angles = positions.double()[:, None] * theta
+    freqs_cis = torch.polar(torch.ones_like(angles), angles)
+    z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], d//2, 2).contiguous())
+    return torch.view_as_real(z * freqs_cis).flatten(-2)
+
+# %% ../nbs/02_rope.ipynb #4c7d1d06
+class LabmlRotaryPositionalEmbeddings(nn.Module):
+    "labml's RoPE module, re-typed: x (seq, batch, heads, d_full), first `d` features rotated"
+    def __init__(self, d:int, base:int=10_000):
+        super().__init__()
+        if d % 2:  # labml's example used d=3
+            raise ValueError(f"d must be even (features are rotated in pairs), got {d}")
+        self.base, self.d, self.cos_cached, self.sin_cached = base, d, None, None
+    def _build_cache(self, x):
+        if self.cos_cached is not None and x.shape[0] <= self.cos_cached.shape[0]: return
+        seq_len = x.shape[0]
+        theta = 1. / (self.base ** (torch.arange(0, self.d, 2).float() / self.d)).to(x.device)
+        seq_idx = torch.arange(seq_len, device=x.device).float()
+        idx_theta = torch.einsum('n,d->nd', seq_idx, theta)
+        idx_theta2 = torch.cat([idx_theta, idx_theta], dim=1)
+        self.cos_cached = idx_theta2.cos()[:, None, None, :]
+        self.sin_cached = idx_theta2.sin()[:, None, None, :]
+    def _neg_half(self, x):
+        d_2 = self.d // 2
+        return torch.cat([-x[:, :, :, d_2:], x[:, :, :, :d_2]], dim=-1)
+    def forward(self, x):
+        self._build_cache(x)
+        x_rope, x_pass = x[..., :self.d], x[..., self.d:]
+        neg_half_x = self._neg_half(x_rope)
+        x_rope = x_rope * self.cos_cached[:x.shape[0]] + neg_half_x * self.sin_cached[:x.shape[0]]
+        return torch.cat((x_rope, x_pass), dim=-1)
+
+# %% ../nbs/02_rope.ipynb #989cf12e
+def course_sinusoid(seq_len:int, d_k:int, fn=torch.sin)->Tensor:
+    "The report's `generate_sin_embedding`/`generate_cos_embedding` (`fn`): (1, 1, seq_len, d_k)"
+    position = torch.arange(0, seq_len).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, d_k, 2, dtype=torch.float32) * -(math.log(10000.0) / d_k))
+    emb = torch.zeros(seq_len, d_k)
+    emb[:, 0::2] = fn(position * div_term)
+    emb[:, 1::2] = fn(position * div_term)
+    return emb.unsqueeze(0).unsqueeze(0)
+
+# %% ../nbs/02_rope.ipynb #f25d13a1
+def course_apply_rotary_emb(tensor1:Tensor, d_k:int)->Tensor:
+    "The report's `apply_rotary_emb`: tensor1 (batch, heads, seq, d_k) rotated by Eq. (4)"
+    tensor2 = tensor1.clone()
+    tensor2[..., 0::2] = -tensor1[..., 1::2]
+    tensor2[..., 1::2] = tensor1[..., 0::2]
+    sin = course_sinusoid(tensor1.shape[-2], d_k, torch.sin).to(tensor1.device)
+    cos = course_sinusoid(tensor1.shape[-2], d_k, torch.cos).to(tensor1.device)
+    return tensor1 * cos + tensor2 * sin
 
 # %% ../nbs/02_rope.ipynb #e329ed4d
 def _check_pair_stream_args(half:int, mrope_section, mrope_interleaved, axial_2d):
@@ -762,7 +767,9 @@ def varlen_positions(
     sequence = torch.repeat_interleave(torch.arange(len(starts), device=device), cu_seqlens.diff().long(),
                                        output_size=total)           # which sequence each token is in
     positions = torch.arange(total, device=device) - starts[sequence]
-    return positions if offsets is None else positions + offsets.to(device).long()[sequence]
+    if offsets is None: return positions
+    # past 2**53 every offset is equally invalid: clamped, adding it cannot wrap around (the rotation refuses it)
+    return positions + offsets.to(device).long().clamp(max=MAX_POSITION)[sequence]
 
 # %% ../nbs/02_rope.ipynb #cd121f1e
 @patch

@@ -12,7 +12,7 @@ from torch import Tensor
 
 # %% auto #0
 __all__ = ['rotate_complex', 'complex_viewable', 'apply_rotary', 'rotary_cos_sin', 'apply_rotary_', 'check_table_rows',
-           'rotary_qk', 'check_disjoint', 'check_qk_args', 'offset_rows', 'check_append_args']
+           'rotary_qk', 'check_writable', 'check_disjoint', 'check_qk_args', 'offset_rows', 'check_append_args']
 
 # %% ../nbs/01a_rotation.ipynb #5d0a4546
 def _check_rotary_inputs(x, cos, sin, name='x'):
@@ -159,13 +159,31 @@ def _reaches(delta:int, dims:list)->bool|None:
     answers = [_reaches(delta - c * s, rest) for c in range(first, last + 1)]
     return True if True in answers else (None if None in answers else False)
 
+# %% ../nbs/01a_rotation.ipynb #f4c22d7e
+def check_writable(
+    t:Tensor,   # a tensor about to be written in place
+    name:str,   # what to call it in the message
+):
+    "Raise a one-line ValueError if torch would refuse to write `t` in place (so nothing is written before)"
+    if t.numel() == 0: return
+    if t.is_leaf and t.requires_grad and torch.is_grad_enabled():
+        raise ValueError(f"{name} is a leaf tensor that requires grad, which torch does not write in place: "
+                         "pass inplace=False, or a tensor without requires_grad")
+    if any(n > 1 and s == 0 for n, s in zip(t.shape, t.stride())):
+        raise ValueError(f"{name} is an expanded view (stride 0 along a dimension of size > 1), whose elements "
+                         "share memory: pass inplace=False, or a contiguous copy")
+    if t.is_inference() and not torch.is_inference_mode_enabled():
+        raise ValueError(f"{name} was made under torch.inference_mode and cannot be written in place "
+                         "outside it: pass inplace=False")
+
 # %% ../nbs/01a_rotation.ipynb #b2932ac2
 def check_disjoint(
     q:Tensor,   # written in place
     k:Tensor,   # written in place too
     names=('q', 'k'), # what to call them in the message
 ):
-    "Raise a one-line ValueError if `q` and `k` share a memory element (it would be rotated twice)"
+    "Raise a one-line ValueError unless `q` and `k` can both be written in place, checked before either is written"
+    for name, t in zip(names, (q, k)): check_writable(t, name)
     if q.numel() == 0 or k.numel() == 0 or q.device != k.device or q.device.type == 'meta': return
     if torch.compiler.is_compiling(): return                         # traced: no addresses to compare
     if q.untyped_storage().data_ptr() != k.untyped_storage().data_ptr(): return
@@ -203,6 +221,11 @@ def check_qk_args(q, k, cos, sin, positions, inplace):
     if cos.shape != sin.shape: raise ValueError(f"sin must have the shape of cos {tuple(cos.shape)}, got {tuple(sin.shape)}")
     if 2 * cos.shape[-1] > q.shape[-1]: raise ValueError(f"cos has {cos.shape[-1]} columns: rotary_dim {2*cos.shape[-1]} > head_dim {q.shape[-1]}")
     if positions is not None and positions.is_floating_point(): raise TypeError(f"positions must be an integer tensor, got {positions.dtype}")
+    (B, _, S, _) = q.shape
+    if positions is not None and tuple(positions.shape) not in ((S,), (B, S)):
+        raise ValueError(f"positions must be (seq,) or (batch, seq) = ({S},) or ({B}, {S}), got {list(positions.shape)}")
+    if positions is None and cos.shape[-2] < S:
+        raise ValueError(f"cos/sin hold {cos.shape[-2]} positions but q has seq length {S}")
     if inplace: check_disjoint(q, k)        # shared memory would be rotated twice
 
 # %% ../nbs/01a_rotation.ipynb #51d04c63

@@ -84,8 +84,10 @@ def yarn_attention_factor(
     mscale:float=1.0,  # the coefficient of ln s (DeepSeek's `mscale`); 1 in the paper
 )->float:              # √(1/t) = 0.1·mscale·ln s + 1, or 1 when s <= 1
     "YaRN's attention factor √(1/t), which multiplies cos and sin (the logits get 1/t)"
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0:
-        raise ValueError(f"factor must be a positive number, got {factor!r}")
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor < math.inf:
+        raise ValueError(f"factor must be a positive finite number, got {factor!r}")
+    if isinstance(mscale, bool) or not isinstance(mscale, (int, float)) or not math.isfinite(mscale):
+        raise ValueError(f"mscale must be a finite number, got {mscale!r}")
     return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 
 # %% ../nbs/05_scaling.ipynb #fa0c02b8

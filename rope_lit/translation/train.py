@@ -6,7 +6,7 @@ Docs: https://rope-lit.github.io/rope_lit/mt_train.html.md"""
 
 # %% ../../nbs/12_mt_train.ipynb #1e4ddece
 from __future__ import annotations
-import contextlib, dataclasses, json, math, os, platform, random, re, shutil, signal, sys, tempfile, threading, time
+import contextlib, dataclasses, json, math, os, platform, random, re, shutil, signal, stat, sys, tempfile, threading, time
 from dataclasses import dataclass, asdict
 from pathlib import Path
 import torch, torch.nn.functional as F
@@ -32,8 +32,8 @@ __all__ = ['PRESETS', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', 'EXAMPLE_DE', 'EXA
            'atomic_save', 'rng_state', 'set_rng_state', 'epoch_number', 'epoch_weights', 'may_stop_early',
            'keep_epoch_weights', 'drop_stale_epoch_weights', 'average_checkpoints', 'translate', 'score', 'train_step',
            'tune_cpu_malloc', 'check_device', 'read_checkpoint', 'read_tokenizer', 'read_config', 'hardware',
-           'eval_loss', 'load_model', 'example_attention', 'evaluate', 'run_files', 'RunDirInUse', 'NonFiniteLoss',
-           'TrainingInterrupted', 'train']
+           'eval_loss', 'first_detail', 'load_model', 'example_attention', 'evaluate', 'run_files', 'RunDirInUse',
+           'check_run_dir', 'NonFiniteLoss', 'TrainingInterrupted', 'train']
 
 # %% ../../nbs/12_mt_train.ipynb #eea537c6
 @dataclass
@@ -358,7 +358,9 @@ def eval_loss(model, examples, cfg, device)->float:
 
 # %% ../../nbs/12_mt_train.ipynb #6e1edfca
 def _log(path, rec):
-    with open(path, 'a') as f: f.write(json.dumps(rec) + '\n')
+    "Append `rec` to `path` as one JSON line (never through a symbolic link)"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, 'O_NOFOLLOW', 0), 0o644)
+    with os.fdopen(fd, 'a') as f: f.write(json.dumps(rec) + '\n')
 
 # %% ../../nbs/12_mt_train.ipynb #ed069250
 def _trim_metrics(path:Path, state:dict):
@@ -373,6 +375,13 @@ def _trim_metrics(path:Path, state:dict):
             keep.append(line)
     atomic_write(path, ''.join(l + '\n' for l in keep))
 
+# %% ../../nbs/12_mt_train.ipynb #e5c3fee6
+def first_detail(e:Exception)->str:
+    "The telling line of an exception, for a one-line error: torch's `load_state_dict` puts it second"
+    lines = [l.strip() for l in str(e).splitlines() if l.strip()]
+    if len(lines) > 1 and lines[0].startswith('Error(s) in loading state_dict'): lines = lines[1:]
+    return f"{type(e).__name__}: {lines[0][:120]}" if lines else type(e).__name__
+
 # %% ../../nbs/12_mt_train.ipynb #6c0092d4
 def load_model(
     run_dir:str|Path,    # a run directory written by `train`
@@ -381,6 +390,7 @@ def load_model(
 )->tuple[Seq2SeqTransformer,Tokenizer,TranslationConfig]:
     "The model, tokenizer and config of a run"
     run_dir = Path(run_dir)
+    check_run_dir(run_dir)
     if isinstance(average_last, bool) or not isinstance(average_last, int) or average_last < 0:
         raise ValueError(f"average_last: expected a whole number >= 0 of epochs, got {average_last!r}")
     cfg = read_config(run_dir)
@@ -400,12 +410,14 @@ def load_model(
     else:
         ck = run_dir/'checkpoints'/'last.pt'
         if not ck.is_file(): raise FileNotFoundError(f"run_dir {run_dir} has no checkpoints/last.pt")
-        try: weights = read_checkpoint(ck)['model']
-        except KeyError: raise ValueError(f"checkpoint {ck} has no model weights") from None
+        saved = read_checkpoint(ck)
+        weights = saved.get('model') if isinstance(saved, dict) else None
+        if not isinstance(weights, dict):
+            raise ValueError(f"checkpoint {ck} holds no model weights (a dict of tensors under 'model')")
     try: model.load_state_dict(weights)
-    except RuntimeError as e:     # other sizes, another position scheme, another vocabulary
+    except (RuntimeError, TypeError, ValueError) as e:   # other sizes, another position scheme, another vocabulary
         raise ValueError(f"checkpoint {ck} does not match {run_dir/'config.json'} and the tokenizer "
-                         f"({str(e).splitlines()[0][:120]}): the files come from different runs") from None
+                         f"({first_detail(e)}): the files come from different runs") from None
     model = model.to(check_device(device)).eval()
     if cfg.cpu_speed and model.embed.weight.device.type == 'cpu': speed_up(model)
     return model, tok, cfg
@@ -481,6 +493,30 @@ class RunDirInUse(FileExistsError):
         super().__init__(f"run_dir {run_dir} already holds a run ({', '.join(names)}): pass resume=True to "
                          "continue it, overwrite=True to start it again, or use a new folder")
 
+# %% ../../nbs/12_mt_train.ipynb #0b38a804
+def check_run_dir(
+    run_dir:str|Path,  # a run folder; one that does not exist yet passes
+    files:bool=True,   # also the run's files in it (`run_files`, and everything under `checkpoints/`)
+):
+    "Raise a one-line error unless no one else can change `run_dir` (or its run's files) and none is a symbolic link"
+    d = Path(run_dir)
+    if not (d.exists() or d.is_symlink()): return
+    ck = d/'checkpoints'
+    paths = [d] + ([d/n for n in run_files(d)] if files else [])
+    if files and ck.is_dir() and not ck.is_symlink(): paths += sorted(ck.iterdir())
+    for p in paths:
+        st = os.lstat(p)
+        if stat.S_ISLNK(st.st_mode):
+            raise ValueError(f"run_dir {d}: {p.name} is a symbolic link, which could make a run read or write a file "
+                             "elsewhere: replace the link with the file itself")
+        if st.st_uid not in (0, os.geteuid()):
+            raise ValueError(f"run_dir {d}: {p} belongs to another user, who could change it: copy the run into a "
+                             "folder of your own")
+        # group-writable only where the group is the user's own primary group (a umask of 002 gives that)
+        if st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != os.getegid()):
+            raise ValueError(f"run_dir {d}: other users may write {p} (mode {st.st_mode & 0o777:o}), and a run loads "
+                             f"nothing that others can change: chmod go-w {p}")
+
 # %% ../../nbs/12_mt_train.ipynb #1eb6488a
 class NonFiniteLoss(ValueError):
     "The training loss (or the weights) became NaN or infinite; the run stopped without saving"
@@ -522,6 +558,7 @@ def train(
     "Train (or resume) a translation run in `run_dir`"
     run_dir = Path(run_dir); ck_path = run_dir/'checkpoints'/'last.pt'
     world, rank = int(os.environ.get('WORLD_SIZE', 1)), int(os.environ.get('RANK', 0))
+    check_run_dir(run_dir, files=not overwrite)   # overwrite deletes the run's files, links included, unread
     if resume:
         if not ck_path.is_file(): raise FileNotFoundError(f"cannot resume: {ck_path} does not exist")
         cfg = read_config(run_dir)
@@ -542,10 +579,10 @@ def train(
         for name in run_files(run_dir):     # another run's tokenizer or metrics must not leak into this one
             p = run_dir/name
             p.unlink() if p.is_symlink() or not p.is_dir() else shutil.rmtree(p)
-    if main:
+    if main and not resume:   # on resume the config is rewritten only once the checkpoint has loaded
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write(run_dir/'config.json', json.dumps(asdict(cfg), indent=1))
-    if main and not (run_dir/'tokenizer.json').exists():
+    if main and not resume and not (run_dir/'tokenizer.json').exists():
         new_tok = train_tokenizer([x for p in splits['train'] for x in p], cfg.vocab_size)
         atomic_write(run_dir/'tokenizer.json', write=lambda tmp: new_tok.save(str(tmp)))   # whole or absent
     if world > 1: dist.barrier()
@@ -561,8 +598,14 @@ def train(
     st = dict(epoch=0, batch=0, step=0, tokens=0, train_seconds=0.0)
     if resume:
         ck = read_checkpoint(ck_path, map_location=device)
-        model.load_state_dict(ck['model']); load_optimizer_state(opt, ck['optimizer']); sched.load_state_dict(ck['scheduler'])
-        st = ck['state']; set_rng_state(ck['rng'][rank] if isinstance(ck['rng'], list) else ck['rng'])
+        try:   # a checkpoint of another run, or damaged: one line, and nothing in the run folder changed
+            model.load_state_dict(ck['model']); load_optimizer_state(opt, ck['optimizer']); sched.load_state_dict(ck['scheduler'])
+            st = {k: ck['state'][k] for k in ('epoch', 'batch', 'step', 'tokens', 'train_seconds')}
+            set_rng_state(ck['rng'][rank] if isinstance(ck['rng'], list) else ck['rng'])
+        except (KeyError, IndexError, TypeError, ValueError, RuntimeError, AttributeError) as e:
+            raise ValueError(f"checkpoint {ck_path} cannot be resumed by this run ({first_detail(e)}): restore it from a copy, "
+                             "or train the run again") from None
+        if main: atomic_write(run_dir/'config.json', json.dumps(asdict(cfg), indent=1))   # the new run length
         if main: drop_stale_epoch_weights(run_dir, cfg, st['epoch'])
         if main: print(f"resuming from step {st['step']} (epoch {st['epoch'] + 1})", file=sys.stderr, flush=True)
     net = model
