@@ -210,6 +210,12 @@ def _cache_memory(cache, memory):
         raise ValueError(f"cache holds memory of length {cache.memory[0].shape[2]}, got memory of length {memory.shape[1]}: a new source needs a new cache")
     return cache.memory
 
+# %% ../nbs/03_attention.ipynb #1ff7bc88
+def _autocasting(device_type:str)->bool:
+    "Is autocast on for this device type (False for types autocast does not know, such as 'meta')?"
+    try: return torch.is_autocast_enabled(device_type)
+    except RuntimeError: return False
+
 # %% ../nbs/03_attention.ipynb #ae0d3211
 @patch
 def _check_inputs(self:RotaryMultiHeadAttention, x, memory, is_causal, memory_positions, cache):
@@ -219,7 +225,7 @@ def _check_inputs(self:RotaryMultiHeadAttention, x, memory, is_causal, memory_po
     if cache is not None and not isinstance(cache, KVCache): raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
     want = self.q_proj.weight.dtype                     # under autocast the layers cast their inputs themselves
     for name, t in (('x', x), ('memory', memory)):
-        if isinstance(t, Tensor) and t.dtype != want and not torch.is_autocast_enabled(t.device.type):
+        if isinstance(t, Tensor) and t.dtype != want and not _autocasting(t.device.type):
             raise TypeError(f"{name} must have the module's dtype {want}, got {t.dtype}: convert it, or the module with .to()")
     batch = x.shape[0]
     if memory is None:

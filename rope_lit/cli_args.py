@@ -80,6 +80,7 @@ def atomic_write(
     path,                      # the file to write (a symbolic link: the file it points to)
     data:str|bytes|None=None,  # its contents (text as UTF-8); None: `write` makes them
     write=None,                # write(tmp): writes the contents into file tmp (a figure's `savefig`, say)
+    mode:int|None=None,        # permissions of a new file (default: as open() makes it, 0o666 less the umask)
 )->Path:                       # path
     "Write `path` through a temporary file beside it, on disk before `os.replace` renames it: never half-written"
     if (data is None) == (write is None): raise ValueError("give data or write, not both or neither")
@@ -95,6 +96,7 @@ def atomic_write(
             if data is not None: f.write(data.encode('utf-8') if isinstance(data, str) else data)
         if write is not None: write(tmp)
         if path.exists(): os.chmod(tmp, path.stat().st_mode & 0o7777)
+        elif mode is not None: os.chmod(tmp, mode)
         with open(tmp, 'rb+') as f: os.fsync(f.fileno())    # the contents on disk before the name
         os.replace(tmp, path)
     except BaseException:

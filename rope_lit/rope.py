@@ -358,7 +358,7 @@ def cos_sin(self:RotaryEmbedding,
         checks.append((too_far(offset), "offset must be non-negative (and below 2**53)"))
     if positions is None: positions = torch.arange(seq, device=device)
     positions = positions.to(device, torch.long)         # int64: adding the offset cannot wrap around
-    if isinstance(offset, Tensor): positions = positions + offset.to(device)[:, None]
+    if isinstance(offset, Tensor): positions = positions + offset.to(device, torch.long)[:, None]
     elif offset: positions = positions + offset
     if (isinstance(offset, Tensor) or offset) and not skip:   # each below 2**53, but their sum may not be
         checks.append((too_far(positions), "positions + offset must be below 2**53, beyond which float64 angles "
@@ -739,7 +739,7 @@ def _check_cu_seqlens(cu_seqlens, total:int, offsets=None):
             raise TypeError(f"offsets must be None or an integer tensor of shape (n,) = ({n},), got "
                             f"{getattr(offsets, 'dtype', type(offsets).__name__)} of shape "
                             f"{tuple(getattr(offsets, 'shape', ()))}")
-        if bool((offsets < 0).any()): raise ValueError("offsets must be non-negative")
+        if bool((offsets.long() < 0).any()): raise ValueError("offsets must be non-negative")   # uint64 past 2**63: < 0
 
 # %% ../nbs/02_rope.ipynb #b5e1c8cf
 def _check_varlen_qk(q, k, dim:int):

@@ -165,16 +165,21 @@ def check_writable(
     name:str,   # what to call it in the message
 ):
     "Raise a one-line ValueError if torch would refuse to write `t` in place (so nothing is written before)"
-    if t.numel() == 0: return
+    if t.numel() == 0 or torch.compiler.is_compiling(): return      # traced: torch checks at run time
     if t.is_leaf and t.requires_grad and torch.is_grad_enabled():
         raise ValueError(f"{name} is a leaf tensor that requires grad, which torch does not write in place: "
-                         "pass inplace=False, or a tensor without requires_grad")
+                         "rotate out of place, or pass a tensor without requires_grad")
     if any(n > 1 and s == 0 for n, s in zip(t.shape, t.stride())):
         raise ValueError(f"{name} is an expanded view (stride 0 along a dimension of size > 1), whose elements "
-                         "share memory: pass inplace=False, or a contiguous copy")
+                         "share memory: rotate out of place, or pass a contiguous copy")
     if t.is_inference() and not torch.is_inference_mode_enabled():
-        raise ValueError(f"{name} was made under torch.inference_mode and cannot be written in place "
-                         "outside it: pass inplace=False")
+        raise ValueError(f"{name} was made under torch.inference_mode and cannot be written in place outside it: "
+                         "rotate out of place, or inside torch.inference_mode")
+    if t.requires_grad and torch.is_grad_enabled():   # views autograd refuses to write (of a leaf, of unbind, ...):
+        try: t[..., :0].mul_(1)                         # torch's own check, on no element
+        except RuntimeError as e:
+            raise ValueError(f"{name} cannot be written in place ({str(e).split('.')[0]}): rotate out of place, "
+                             "or pass a tensor of its own (e.g. a clone)") from None
 
 # %% ../nbs/01a_rotation.ipynb #b2932ac2
 def check_disjoint(
@@ -222,7 +227,7 @@ def check_qk_args(q, k, cos, sin, positions, inplace):
     if 2 * cos.shape[-1] > q.shape[-1]: raise ValueError(f"cos has {cos.shape[-1]} columns: rotary_dim {2*cos.shape[-1]} > head_dim {q.shape[-1]}")
     if positions is not None and positions.is_floating_point(): raise TypeError(f"positions must be an integer tensor, got {positions.dtype}")
     (B, _, S, _) = q.shape
-    if positions is not None and tuple(positions.shape) not in ((S,), (B, S)):
+    if positions is not None and tuple(positions.shape) not in ((S,), (B, S), (1, S)):
         raise ValueError(f"positions must be (seq,) or (batch, seq) = ({S},) or ({B}, {S}), got {list(positions.shape)}")
     if positions is None and cos.shape[-2] < S:
         raise ValueError(f"cos/sin hold {cos.shape[-2]} positions but q has seq length {S}")

@@ -6,7 +6,7 @@ Docs: https://rope-lit.github.io/rope_lit/scaling.html.md"""
 
 # %% ../nbs/05_scaling.ipynb #5544cd26
 from __future__ import annotations
-import math
+import math, numbers
 import torch
 from torch import Tensor
 
@@ -86,7 +86,7 @@ def yarn_attention_factor(
     "YaRN's attention factor √(1/t), which multiplies cos and sin (the logits get 1/t)"
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor < math.inf:
         raise ValueError(f"factor must be a positive finite number, got {factor!r}")
-    if isinstance(mscale, bool) or not isinstance(mscale, (int, float)) or not math.isfinite(mscale):
+    if isinstance(mscale, bool) or not isinstance(mscale, numbers.Real) or not math.isfinite(mscale):
         raise ValueError(f"mscale must be a finite number, got {mscale!r}")
     return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 

@@ -127,6 +127,7 @@ def run_command(args: argparse.Namespace) -> dict | list:
         load_splits,
         epoch_weights,
         epoch_number,
+        RUN_FILE_MODE,
     )
 
     if getattr(args, 'device', None) not in (None, 'auto') and args.device.startswith('cuda'):
@@ -192,7 +193,7 @@ def run_command(args: argparse.Namespace) -> dict | list:
     if average:
         summary['averaged_epochs'] = averaged
     summary.setdefault('results', {}).update(res)
-    atomic_write(path, json.dumps(summary, indent=1, ensure_ascii=False))
+    atomic_write(path, json.dumps(summary, indent=1, ensure_ascii=False), mode=RUN_FILE_MODE)
     if renewed:  # and the other mean's hypotheses go, once the new ones are written
         written = {f'hyp.{s}.{d}{tag}.en' for s in args.splits for d in args.decodings}
         for f in Path(args.run_dir).glob(f'hyp.*{tag}.en'):

@@ -27,13 +27,13 @@ try: from tqdm import tqdm
 except ImportError: tqdm = None
 
 # %% auto #0
-__all__ = ['PRESETS', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', 'EXAMPLE_DE', 'EXAMPLE_EN', 'RUN_LENGTH_FIELDS', 'RUN_FILES',
-           'TranslationConfig', 'make_config', 'noam_lr', 'make_optimizer', 'load_optimizer_state', 'load_splits',
-           'atomic_save', 'rng_state', 'set_rng_state', 'epoch_number', 'epoch_weights', 'may_stop_early',
-           'keep_epoch_weights', 'drop_stale_epoch_weights', 'average_checkpoints', 'translate', 'score', 'train_step',
-           'tune_cpu_malloc', 'check_device', 'read_checkpoint', 'read_tokenizer', 'read_config', 'hardware',
-           'eval_loss', 'first_detail', 'load_model', 'example_attention', 'evaluate', 'run_files', 'RunDirInUse',
-           'check_run_dir', 'NonFiniteLoss', 'TrainingInterrupted', 'train']
+__all__ = ['PRESETS', 'RUN_FILE_MODE', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', 'EXAMPLE_DE', 'EXAMPLE_EN', 'RUN_LENGTH_FIELDS',
+           'RUN_FILES', 'TranslationConfig', 'make_config', 'noam_lr', 'make_optimizer', 'load_optimizer_state',
+           'load_splits', 'atomic_save', 'rng_state', 'set_rng_state', 'epoch_number', 'epoch_weights',
+           'may_stop_early', 'keep_epoch_weights', 'drop_stale_epoch_weights', 'average_checkpoints', 'translate',
+           'score', 'train_step', 'tune_cpu_malloc', 'check_device', 'read_checkpoint', 'read_tokenizer', 'read_config',
+           'hardware', 'eval_loss', 'first_detail', 'load_model', 'example_attention', 'evaluate', 'run_files',
+           'RunDirInUse', 'check_run_dir', 'NonFiniteLoss', 'TrainingInterrupted', 'train']
 
 # %% ../../nbs/12_mt_train.ipynb #eea537c6
 @dataclass
@@ -132,9 +132,11 @@ def load_splits(cfg:TranslationConfig)->dict[str,list[tuple[str,str]]]:
     return out
 
 # %% ../../nbs/12_mt_train.ipynb #c403b1b4
+RUN_FILE_MODE = 0o644   # a run's new files: written by their owner only, so `check_run_dir` accepts them again
+
 def atomic_save(obj, path:str|Path):
     "`torch.save` `obj` to `path` atomically (`atomic_write`: temporary file, fsync, `os.replace`); one-line errors"
-    try: atomic_write(path, write=lambda tmp: torch.save(obj, tmp))
+    try: atomic_write(path, write=lambda tmp: torch.save(obj, tmp), mode=RUN_FILE_MODE)
     except (OSError, RuntimeError) as e:    # e.g. a full disk: torch's writer raises a long RuntimeError
         free = shutil.disk_usage(Path(path).parent).free if Path(path).parent.is_dir() else 0
         raise OSError(f"could not write {path} ({str(e).strip().splitlines()[0][:100]}); {free / 2**20:.0f} MiB free "
@@ -373,14 +375,16 @@ def _trim_metrics(path:Path, state:dict):
         done_epoch = rec.get('kind') != 'epoch' or rec.get('epoch', 0) <= state['epoch']
         if rec.get('step', 0) <= state['step'] and done_epoch:
             keep.append(line)
-    atomic_write(path, ''.join(l + '\n' for l in keep))
+    atomic_write(path, ''.join(l + '\n' for l in keep), mode=RUN_FILE_MODE)
 
 # %% ../../nbs/12_mt_train.ipynb #e5c3fee6
 def first_detail(e:Exception)->str:
     "The telling line of an exception, for a one-line error: torch's `load_state_dict` puts it second"
     lines = [l.strip() for l in str(e).splitlines() if l.strip()]
     if len(lines) > 1 and lines[0].startswith('Error(s) in loading state_dict'): lines = lines[1:]
-    return f"{type(e).__name__}: {lines[0][:120]}" if lines else type(e).__name__
+    if not lines: return type(e).__name__
+    line = lines[0] if len(lines[0]) <= 120 else lines[0][:120].rsplit(' ', 1)[0] + ' …'
+    return f"{type(e).__name__}: {line}"
 
 # %% ../../nbs/12_mt_train.ipynb #6c0092d4
 def load_model(
@@ -463,10 +467,11 @@ def evaluate(
                    if progress and tqdm is not None else None)
             hyps = translate(model, tok, [s for s, _ in pairs], k, cfg.length_penalty, cfg.max_len, cfg.eval_batch, bar=bar)
             if bar is not None: bar.close()
-            atomic_write(Path(run_dir)/f"hyp.{split}.{dec}{tag}.en", ''.join(h + '\n' for h in hyps))
+            atomic_write(Path(run_dir)/f"hyp.{split}.{dec}{tag}.en", ''.join(h + '\n' for h in hyps), mode=RUN_FILE_MODE)
             out[split][dec] = dict(score(hyps, [t for _, t in pairs]), n=len(pairs), seconds=round(time.time() - t0, 2),
                                    **({'beam_size': k, 'length_penalty': cfg.length_penalty} if k > 1 else {}))
-    atomic_write(Path(run_dir)/example_file, json.dumps(example_attention(model, tok, EXAMPLE_DE, cfg.max_len), ensure_ascii=False))
+    atomic_write(Path(run_dir)/example_file, json.dumps(example_attention(model, tok, EXAMPLE_DE, cfg.max_len), ensure_ascii=False),
+                 mode=RUN_FILE_MODE)
     out['example'] = dict(source=EXAMPLE_DE, reference=EXAMPLE_EN,
                           greedy=translate(model, tok, [EXAMPLE_DE], 1, max_len=cfg.max_len)[0],
                           beam=translate(model, tok, [EXAMPLE_DE], cfg.beam_size, cfg.length_penalty, cfg.max_len)[0])
@@ -514,7 +519,7 @@ def check_run_dir(
                              "folder of your own")
         # group-writable only where the group is the user's own primary group (a umask of 002 gives that)
         if st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != os.getegid()):
-            raise ValueError(f"run_dir {d}: other users may write {p} (mode {st.st_mode & 0o777:o}), and a run loads "
+            raise ValueError(f"run_dir {d}: other users may write {p} (mode {st.st_mode & 0o7777:o}), and a run loads "
                              f"nothing that others can change: chmod go-w {p}")
 
 # %% ../../nbs/12_mt_train.ipynb #1eb6488a
@@ -580,11 +585,12 @@ def train(
             p = run_dir/name
             p.unlink() if p.is_symlink() or not p.is_dir() else shutil.rmtree(p)
     if main and not resume:   # on resume the config is rewritten only once the checkpoint has loaded
-        run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(run_dir/'config.json', json.dumps(asdict(cfg), indent=1))
+        run_dir.mkdir(mode=0o755, parents=True, exist_ok=True)            # not writable by others, whatever
+        (run_dir/'checkpoints').mkdir(mode=0o755, exist_ok=True)          # the umask: `check_run_dir` reads it
+        atomic_write(run_dir/'config.json', json.dumps(asdict(cfg), indent=1), mode=RUN_FILE_MODE)
     if main and not resume and not (run_dir/'tokenizer.json').exists():
         new_tok = train_tokenizer([x for p in splits['train'] for x in p], cfg.vocab_size)
-        atomic_write(run_dir/'tokenizer.json', write=lambda tmp: new_tok.save(str(tmp)))   # whole or absent
+        atomic_write(run_dir/'tokenizer.json', write=lambda tmp: new_tok.save(str(tmp)), mode=RUN_FILE_MODE)   # whole or absent
     if world > 1: dist.barrier()
     tok = read_tokenizer(run_dir/'tokenizer.json')
     train_ex, val_ex = encode_pairs(tok, splits['train'], cfg.max_len), encode_pairs(tok, splits['val'], cfg.max_len)
@@ -598,6 +604,15 @@ def train(
     st = dict(epoch=0, batch=0, step=0, tokens=0, train_seconds=0.0)
     if resume:
         ck = read_checkpoint(ck_path, map_location=device)
+        ours = json.loads(json.dumps(asdict(cfg)))   # the checkpoint's settings must be this run's, up to its length
+        saved_cfg = ck.get('config') if isinstance(ck, dict) else None
+        if isinstance(saved_cfg, dict): saved_cfg = json.loads(json.dumps(saved_cfg, default=str))   # lists, as config.json
+        other = {k: v for k, v in (saved_cfg if isinstance(saved_cfg, dict) else {}).items()
+                 if k in ours and k not in RUN_LENGTH_FIELDS and ours[k] != v}
+        if other:
+            raise ValueError(f"checkpoint {ck_path} was trained with other settings than {run_dir/'config.json'} ("
+                             + ', '.join(f"{k}={v!r} against {ours[k]!r}" for k, v in sorted(other.items())[:3])
+                             + "): the files come from different runs")
         try:   # a checkpoint of another run, or damaged: one line, and nothing in the run folder changed
             model.load_state_dict(ck['model']); load_optimizer_state(opt, ck['optimizer']); sched.load_state_dict(ck['scheduler'])
             st = {k: ck['state'][k] for k in ('epoch', 'batch', 'step', 'tokens', 'train_seconds')}
@@ -605,7 +620,7 @@ def train(
         except (KeyError, IndexError, TypeError, ValueError, RuntimeError, AttributeError) as e:
             raise ValueError(f"checkpoint {ck_path} cannot be resumed by this run ({first_detail(e)}): restore it from a copy, "
                              "or train the run again") from None
-        if main: atomic_write(run_dir/'config.json', json.dumps(asdict(cfg), indent=1))   # the new run length
+        if main: atomic_write(run_dir/'config.json', json.dumps(asdict(cfg), indent=1), mode=RUN_FILE_MODE)   # new run length
         if main: drop_stale_epoch_weights(run_dir, cfg, st['epoch'])
         if main: print(f"resuming from step {st['step']} (epoch {st['epoch'] + 1})", file=sys.stderr, flush=True)
     net = model
@@ -710,6 +725,6 @@ def train(
     if main and cfg.final_eval:
         summary['results'] = evaluate(model, tok, cfg, run_dir, {s: splits[s] for s in ('val', 'test_2016_flickr')},
                                       progress=progress)
-        atomic_write(run_dir/'results.json', json.dumps(summary, indent=1, ensure_ascii=False))
+        atomic_write(run_dir/'results.json', json.dumps(summary, indent=1, ensure_ascii=False), mode=RUN_FILE_MODE)
     if world > 1: dist.barrier(); dist.destroy_process_group()
     return summary
