@@ -237,14 +237,18 @@ def __setstate__(self:RotaryEmbedding, state:dict):
 GROW_LIMIT = 1 << 16     # the cache grows to cover at most this many positions, or twice what it holds
 MAX_POSITION = 1 << 53   # float64 holds every integer up to here exactly: an angle m·θ needs m exact
 
+def _check_reach(offset:int, seq:int):
+    "Raise unless positions offset .. offset+seq-1 are all below 2**53"
+    if offset + seq > MAX_POSITION:
+        raise IndexError(f"offset {offset} (with {seq} positions) is past 2**53, beyond which float64 "
+                         "angles no longer tell neighbouring positions apart")
+
 # %% ../nbs/02_rope.ipynb #2012ec08
 @patch
 def _rows(self:RotaryEmbedding, offset:int, seq:int)->tuple[Tensor, Tensor]:
     "Cached cos/sin rows for positions offset..offset+seq-1, growing the cache if it is too short"
     need = offset + seq
-    if need > MAX_POSITION:
-        raise IndexError(f"offset {offset} (with {seq} positions) is past 2**53, beyond which float64 "
-                         "angles no longer tell neighbouring positions apart")
+    _check_reach(offset, seq)
     if self._dynamic and need > self.scaling_options['original_max_seq_len']:
         rows = torch.arange(offset, need, device=self.inv_freq.device)   # θ of ℓ = need
         return self._scaled(*rotary_cos_sin(rows, self._dynamic_inv_freq(need, rows.device)))
@@ -338,9 +342,7 @@ def cos_sin(self:RotaryEmbedding,
             raise ValueError(f"{name} is on the meta device, which holds no values: give it on {where}")
     table_dtype = torch.float64 if dtype == torch.float64 else torch.float32
     if positions is None and not isinstance(offset, Tensor):
-        if offset + seq > MAX_POSITION:
-            raise IndexError(f"offset {offset} (with {seq} positions) is past 2**53, beyond which float64 "
-                             "angles no longer tell neighbouring positions apart")
+        _check_reach(offset, seq)                        # float64 tables too (`_rows` checks its own callers)
         # compiled without a fixed table: angles in the graph, so no length is baked into guards
         in_graph = torch.compiler.is_compiling() and self.max_seq_len is None
         if table_dtype == torch.float32 and not in_graph: return self._rows(offset, seq)
