@@ -28,6 +28,9 @@
 # entropy.json,hyp.*.en,train.log} (no checkpoints) and $OUT/mt/env.txt. With --pack, the same tree goes into ONE
 # archive, $OUT/mt.tar.gz (unpack with `tar xzf mt.tar.gz`), beside $OUT/summary.txt (the summary lines printed
 # last), and nothing else is written under $OUT: a machine that returns at most 8 files (16 MiB each) returns all.
+# Memory: ten `base` runs at once held 10.6 to 18.3 GiB of GPU memory each on an NVIDIA H200 (2026-11-28), nearly
+# all of its 141 GB; on a GPU with less memory pass fewer runs with --runs. Each run's train.log says how much it
+# allocated and held in each stage.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)

@@ -32,6 +32,17 @@ def translate_blind(model, tok, cfg, files:list, run_dir:Path, tag:str=''):
         print(f"{run_dir.name}: translated {name} ({len(sources)} sentences), greedy and beam"
               f"{' (averaged weights)' if tag else ''}", flush=True)
 
+def gpu_memory(run_dir:Path, stage:str):
+    """Print the most GPU memory this process allocated during `stage` and what it holds cached, then hand the cache
+    back: ten runs share one GPU, and a run that finished training must not keep its training's cached blocks while
+    it decodes (a first ten-run command on an H200 lost a run to that, out of memory while decoding)"""
+    import torch
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized(): return
+    gib = 2**30
+    print(f"{run_dir.name}: GPU memory during {stage}: at most {torch.cuda.max_memory_allocated() / gib:.1f} GiB "
+          f"allocated, {torch.cuda.memory_reserved() / gib:.1f} GiB held", flush=True)
+    torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats()
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--blind', help='folder of <set>.de or <set>.de.gz files to translate (none: skip)')
@@ -47,6 +58,7 @@ def main():
     from rope_lit.cli_args import atomic_write
     translate_cli(train_args)
     run_dir = Path(train_args[train_args.index('--run-dir') + 1])
+    gpu_memory(run_dir, 'training and its final decoding')
     model, tok, cfg = load_model(run_dir, args.device)
     files = sorted(Path(args.blind).glob('*.de*')) if args.blind else []
     if args.blind and not files: print(f"{run_dir.name}: no German sources (*.de, *.de.gz) in {args.blind}: "
@@ -57,6 +69,7 @@ def main():
     entropy = attention_entropy(model, test)                                      # failure here loses none of them
     atomic_write(run_dir / 'entropy.json', json.dumps(dict(entropy, split='test_2016_flickr')))
     print(f"{run_dir.name}: attention entropy over test_2016_flickr ({len(test)} sentences)", flush=True)
+    gpu_memory(run_dir, 'the blind sets and the entropy')
     if args.average_last:                                       # last of all: a stop here loses only these files
         k, tag = args.average_last, f'.avg{args.average_last}'
         epochs = [epoch_number(f) for f in epoch_weights(run_dir)[-k:]]
@@ -68,6 +81,7 @@ def main():
         translate_blind(model, tok, cfg, files, run_dir, tag)
         atomic_write(run_dir / f'results{tag}.json', json.dumps(dict(config=json.loads((run_dir / 'config.json').read_text()),
             averaged_epochs=epochs, results=results), indent=1, ensure_ascii=False))
+        gpu_memory(run_dir, 'the averaged weights\' decoding')
         print(f"{run_dir.name}: the mean of epochs {epochs[0]}-{epochs[-1]}: test_2016_flickr BLEU "
               f"{results['test_2016_flickr']['greedy']['bleu']:.2f} greedy, {results['test_2016_flickr']['beam']['bleu']:.2f} beam", flush=True)
 

@@ -723,6 +723,7 @@ def train(
                    tokens_per_s=round(st['tokens'] / max(st['train_seconds'], 1e-9)),
                    parameters=sum(p.numel() for p in model.parameters()))
     if main and cfg.final_eval:
+        if device.type == 'cuda': torch.cuda.empty_cache()   # training's cached blocks back to the GPU: runs sharing it
         summary['results'] = evaluate(model, tok, cfg, run_dir, {s: splits[s] for s in ('val', 'test_2016_flickr')},
                                       progress=progress)
         atomic_write(run_dir/'results.json', json.dumps(summary, indent=1, ensure_ascii=False), mode=RUN_FILE_MODE)
