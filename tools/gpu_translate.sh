@@ -138,6 +138,8 @@ print(sys.argv[2], 'tok/s', r['tokens_per_s'], 'epochs', r['epochs'], 'test BLEU
 done
 [ "$fail" = 0 ] && echo "gpu_translate: all runs finished" || echo "gpu_translate: some runs failed or were stopped"
 }
+# When the runs ended, counted from the script's start, so that the wall time is on record beside the runs.
+echo "runs ended: $(date -u), ${SECONDS} s after the script started" >> "$dest/env.txt"
 if [ "$PACK" = 1 ]; then
   summarise | tee "$OUT/summary.txt"
   tar czf "$OUT/mt.tar.gz" -C "$(dirname "$dest")" mt || { echo "gpu_translate: packing failed"; exit 1; }
