@@ -28,9 +28,10 @@
 # entropy.json,hyp.*.en,train.log} (no checkpoints) and $OUT/mt/env.txt. With --pack, the same tree goes into ONE
 # archive, $OUT/mt.tar.gz (unpack with `tar xzf mt.tar.gz`), beside $OUT/summary.txt (the summary lines printed
 # last), and nothing else is written under $OUT: a machine that returns at most 8 files (16 MiB each) returns all.
-# Memory: ten `base` runs at once held 10.6 to 18.3 GiB of GPU memory each on an NVIDIA H200 (2026-11-28), nearly
-# all of its 141 GB; on a GPU with less memory pass fewer runs with --runs. Each run's train.log says how much it
-# allocated and held in each stage.
+# Memory: a `base` run allocated at most 9.4 GiB of GPU memory in any stage but held up to 19.6 GiB (PyTorch's cache),
+# and ten at once ran out of memory in one or two runs on an NVIDIA H200 (141 GB) in both ten-run commands of
+# 2026-11-28: pass at most seven runs at once on such a GPU and four on an 80 GB one (--runs). Each run's train.log
+# says how much it allocated and held in each stage.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
