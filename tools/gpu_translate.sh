@@ -20,7 +20,8 @@
 # seeds each of sinusoidal and rope), --epochs (epochs per run, default 18: every run the same length), --average (K:
 # each run keeps its last K epochs' weights and, after everything else, decodes test_2016_flickr and the blind sets
 # again with their mean, into hyp.<set>.<decoding>.avgK.en, results.avgK.json and attention.avgK.json; default 5,
-# 0 = none, at most --epochs), --budget
+# 0 = none, at most --epochs), --at-once (N: at most N runs at a time, the next starting when one ends; default 0,
+# all at once; no run starts after the deadline), --budget
 # (training seconds per run instead, as the first GPU runs used), --deadline (seconds from the script's start after
 # which unfinished runs are stopped, default 560), --max-tokens, --blind (folder of German-only test sets, default .data/multi30k_blind: each
 # run translates them, greedy and beam, into hyp.<set>.<decoding>.en), --out (default runs/gpu_out), --pack.
@@ -30,8 +31,8 @@
 # last), and nothing else is written under $OUT: a machine that returns at most 8 files (16 MiB each) returns all.
 # Memory: a `base` run allocated at most 9.4 GiB of GPU memory in any stage but held up to 19.6 GiB (PyTorch's cache),
 # and ten at once ran out of memory in one or two runs on an NVIDIA H200 (141 GB) in both ten-run commands of
-# 2026-11-28: pass at most seven runs at once on such a GPU and four on an 80 GB one (--runs). Each run's train.log
-# says how much it allocated and held in each stage.
+# 2026-11-28: run at most seven at once on such a GPU and four on an 80 GB one (--at-once 7, --at-once 4). Each
+# run's train.log says how much it allocated and held in each stage.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -48,7 +49,8 @@ while [ $# -gt 0 ]; do            # flags; each also reads from the environment 
     --epochs) EPOCHS=$2; shift ;;
     --average) AVERAGE=$2; shift ;;
     --blind) BLIND=$2; shift ;;
-    *) echo "gpu_translate: unknown option $1 (--dry, --epochs N, --average K, --budget S, --deadline S, --out DIR, --runs LIST, --max-tokens N, --blind DIR, --pack)"; exit 2 ;;
+    --at-once) AT_ONCE=$2; shift ;;
+    *) echo "gpu_translate: unknown option $1 (--dry, --epochs N, --average K, --budget S, --deadline S, --out DIR, --runs LIST, --max-tokens N, --blind DIR, --at-once N, --pack)"; exit 2 ;;
   esac; shift
 done
 if [ -n "${BUDGET:-}" ] && [ -n "${EPOCHS:-}" ]; then
@@ -89,6 +91,9 @@ fi
 # ten runs sharing the GPU it would cost about 125 s of the 560 (the plan is on the GPU translation results page).
 # A time budget keeps it, as the first GPU runs had it.
 case "$DEADLINE" in ''|*[!0-9]*) echo "gpu_translate: --deadline must be a whole number of seconds, got '$DEADLINE'"; exit 2 ;; esac
+AT_ONCE=${AT_ONCE:-0}
+case "$AT_ONCE" in ''|*[!0-9]*) echo "gpu_translate: --at-once must be a whole number of runs (0: all at once), got '$AT_ONCE'"; exit 2 ;; esac
+AT_ONCE=$((10#$AT_ONCE))
 case "$AVERAGE" in ''|*[!0-9]*) echo "gpu_translate: --average must be a whole number of epochs (0: none), got '$AVERAGE'"; exit 2 ;; esac
 AVERAGE=$((10#$AVERAGE))                        # 05 -> 5: the job's file names and the summary's must agree
 if [ -n "${EPOCHS:-}" ] && [ "$AVERAGE" -gt "$EPOCHS" ]; then
@@ -96,34 +101,44 @@ if [ -n "${EPOCHS:-}" ] && [ "$AVERAGE" -gt "$EPOCHS" ]; then
 fi
 if [ -n "${EPOCHS:-}" ]; then length=(--epochs "$EPOCHS" --no-val-bleu); else length=(--time-budget "$BUDGET"); fi
 
-pids=()
-for r in $RUNS; do
-  pos=${r%%:*}; seed=${r##*:}; name="${pos/+/_}_s$seed"
-  rm -rf "${work:?}/$name"
-  $PY "$root/tools/mt_gpu_job.py" --blind "$BLIND" --device "$device" --average-last "$AVERAGE" -- train "${common[@]}" \
-      --position "$pos" --seed "$seed" --run-dir "$work/$name" "${length[@]}" --keep-epochs "$AVERAGE" --no-progress \
-      > "$work/$name.log" 2>&1 &
-  pids+=($!)
-done
-# The hardware and settings, once the runs have started (importing torch and starting CUDA takes seconds).
-{ date -u; $PY -c "import torch, sacrebleu, tokenizers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'sacrebleu', sacrebleu.__version__, 'tokenizers', tokenizers.__version__); print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no CUDA')"; nproc; nvidia-smi --query-gpu=name,memory.total --format=csv 2>/dev/null; echo "RUNS=$RUNS EPOCHS=${EPOCHS:-} BUDGET=${BUDGET:-} DEADLINE=$DEADLINE AVERAGE=$AVERAGE"; } > "$dest/env.txt" 2>&1
+pids=(); fail=0
+pidlist=$(mktemp "$work/pids.XXXXXX"); stop="$pidlist.deadline"   # this invocation's own (others may run beside it)
+for r in $RUNS; do name=${r%%:*}; name="${name/+/_}_s${r##*:}"; rm -rf "${work:?}/$name" "$work/$name.log"; done
+# The hardware and settings, while the first runs start (importing torch and starting CUDA takes seconds).
+{ date -u; $PY -c "import torch, sacrebleu, tokenizers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'sacrebleu', sacrebleu.__version__, 'tokenizers', tokenizers.__version__); print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no CUDA')"; nproc; nvidia-smi --query-gpu=name,memory.total --format=csv 2>/dev/null; echo "RUNS=$RUNS EPOCHS=${EPOCHS:-} BUDGET=${BUDGET:-} DEADLINE=$DEADLINE AVERAGE=$AVERAGE AT_ONCE=$AT_ONCE"; } > "$dest/env.txt" 2>&1 &
+envjob=$!
 # Stop whatever is still running at the deadline, counted from the script's start, so that the copy below always
-# happens within the command's limit: a TERM (a run then stops after its current step), and a KILL 5 s later.
+# happens within the command's limit: no run starts after it, a TERM (a run then stops after its current step), and a
+# KILL 5 s later. The watchdog reads the runs' process ids from a file, so it also stops runs started after it.
 left=$(( DEADLINE - SECONDS )); [ "$left" -gt 0 ] || left=1
 ( trap 'kill "$sp" 2>/dev/null; exit 0' TERM
   sleep "$left" & sp=$!; wait "$sp"
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  touch "$stop"
+  for p in $(cat "$pidlist"); do kill "$p" 2>/dev/null; done
   sleep 5 & sp=$!; wait "$sp"
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done ) >/dev/null 2>&1 &
+  for p in $(cat "$pidlist"); do kill -9 "$p" 2>/dev/null; done ) >/dev/null 2>&1 &
 watchdog=$!
-fail=0
-for p in "${pids[@]}"; do wait "$p" || fail=1; done
+running() { local n=0 p; for p in ${pids[@]+"${pids[@]}"}; do kill -0 "$p" 2>/dev/null && n=$((n + 1)); done; echo "$n"; }
+for r in $RUNS; do
+  pos=${r%%:*}; seed=${r##*:}; name="${pos/+/_}_s$seed"
+  # --at-once N: start a run only while fewer than N are running (bash reaps a finished run at once, so it no
+  # longer answers kill -0)
+  while [ "$AT_ONCE" -gt 0 ] && [ "$(running)" -ge "$AT_ONCE" ] && [ ! -e "$stop" ]; do sleep 1; done
+  if [ -e "$stop" ]; then echo "gpu_translate: $name not started: the deadline came first" > "$work/$name.log"; fail=1; continue; fi
+  $PY "$root/tools/mt_gpu_job.py" --blind "$BLIND" --device "$device" --average-last "$AVERAGE" -- train "${common[@]}" \
+      --position "$pos" --seed "$seed" --run-dir "$work/$name" "${length[@]}" --keep-epochs "$AVERAGE" --no-progress \
+      > "$work/$name.log" 2>&1 &
+  pids+=($!); echo $! >> "$pidlist"
+done
+wait "$envjob"
+for p in ${pids[@]+"${pids[@]}"}; do wait "$p" || fail=1; done
 kill "$watchdog" 2>/dev/null
+rm -f "$pidlist" "$stop"
 
 summarise() {
 for r in $RUNS; do
   pos=${r%%:*}; seed=${r##*:}; name="${pos/+/_}_s$seed"
-  mkdir -p "$dest/$name"
+  rm -rf "${dest:?}/$name"; mkdir -p "$dest/$name"           # nothing left from an earlier command's run
   cp "$work/$name.log" "$dest/$name/train.log" 2>/dev/null
   for f in config.json tokenizer.json metrics.jsonl entropy.json; do cp "$work/$name/$f" "$dest/$name/" 2>/dev/null; done
   cp "$work/$name"/hyp.*.en "$work/$name"/results*.json "$work/$name"/attention*.json "$dest/$name/" 2>/dev/null
