@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 from .rotation import rotary_qk as rotary_qk_eager, complex_viewable, rotate_complex
 from .rotation import check_table_rows, check_disjoint, check_qk_args, offset_rows, check_append_args
+from .rotation import PositionError
 from .compiled import COMPILE_MIN_NUMEL, compile_available, rotary_qk_compiled
 from .triton_rope import tile_config, triton_rotary, rotary_qk_triton, rotary_append_triton
 from .cpp_build import cpp_parts, native_possible, native_extension
@@ -64,7 +65,7 @@ def _int64(offset)->int:
         raise TypeError("offset must be an int or an integer tensor (batch,), "
                         f"got {type(offset).__name__}") from None
     if not -2**63 <= v < 2**63:
-        raise IndexError(f"offset {v} is outside every cos/sin table and cache (it does not fit in 64 bits)")
+        raise PositionError(f"offset {v} is outside every cos/sin table and cache (it does not fit in 64 bits)")
     return v
 
 def _shift(offset):

@@ -12,16 +12,17 @@ from torch import nn, Tensor
 from fastcore.basics import patch
 from .frequencies import rope_frequencies
 from .rotation import (rotate_complex, complex_viewable, apply_rotary, rotary_cos_sin, apply_rotary_,
-                               check_table_rows, rotary_qk, check_disjoint)
+                               check_table_rows, rotary_qk, check_disjoint, PositionError)
 # the plain functions are on the rotation page; `rope_lit.rope` offers them too
 _all_ = ['rotate_complex', 'complex_viewable', 'apply_rotary', 'rotary_cos_sin', 'apply_rotary_',
-         'check_table_rows', 'rotary_qk', 'check_disjoint']
+         'check_table_rows', 'rotary_qk', 'check_disjoint', 'PositionError']
 
 # %% auto #0
 __all__ = ['GROW_LIMIT', 'MAX_POSITION', 'resolve_backend', 'RotaryEmbedding', 'rotary_matrix_dense', 'apply_rotary_dense',
            'apply_rotary_complex', 'LabmlRotaryPositionalEmbeddings', 'course_sinusoid', 'course_apply_rotary_emb',
            'frequency_pair_streams', 'grid_positions', 'varlen_positions', 'rotate_complex', 'complex_viewable',
-           'apply_rotary', 'rotary_cos_sin', 'apply_rotary_', 'check_table_rows', 'rotary_qk', 'check_disjoint']
+           'apply_rotary', 'rotary_cos_sin', 'apply_rotary_', 'check_table_rows', 'rotary_qk', 'check_disjoint',
+           'PositionError']
 
 # %% ../nbs/02_rope.ipynb #9f647438
 def resolve_backend(
@@ -240,8 +241,8 @@ MAX_POSITION = 1 << 53   # float64 holds every integer up to here exactly: an an
 def _check_reach(offset:int, seq:int):
     "Raise unless positions offset .. offset+seq-1 are all below 2**53"
     if offset + seq > MAX_POSITION:
-        raise IndexError(f"offset {offset} (with {seq} positions) is past 2**53, beyond which float64 "
-                         "angles no longer tell neighbouring positions apart")
+        raise PositionError(f"offset {offset} (with {seq} positions) is past 2**53, beyond which float64 "
+                            "angles no longer tell neighbouring positions apart")
 
 # %% ../nbs/02_rope.ipynb #2012ec08
 @patch
@@ -290,11 +291,11 @@ def _check_positions(positions, batch:int, seq:int, name='positions'):
 
 # %% ../nbs/02_rope.ipynb #099137ea
 def _check_values(checks:list, host=False):
-    "`checks`: (bad, message) pairs, `bad` a 0-d bool tensor. CPU flags (all, if `host`): one read, ValueError; CUDA: device asserts"
+    "`checks`: (bad, message) pairs, `bad` a 0-d bool tensor. CPU flags (all, if `host`): one read, PositionError; CUDA: device asserts"
     if torch.compiler.is_compiling() or not checks: return
     on_host = [(bad, msg) for bad, msg in checks if host or bad.device.type == 'cpu']
     if on_host and bool(torch.stack([bad.to(on_host[0][0].device) for bad, _ in on_host]).any()):  # the one read
-        raise ValueError(next(msg for bad, msg in on_host if bool(bad)))
+        raise PositionError(next(msg for bad, msg in on_host if bool(bad)))
     for bad, msg in checks:
         if not host and bad.device.type == 'cuda': torch._assert_async(~bad, msg)
 
@@ -306,10 +307,10 @@ def _check_offset(offset, batch:int):
             raise TypeError(f"offset must be an int or an integer tensor of shape (batch,), got dtype {offset.dtype}")
         if tuple(offset.shape) != (batch,): raise ValueError(f"offset tensor must have shape (batch,) = ({batch},), got {tuple(offset.shape)}")
     elif isinstance(offset, bool) or not isinstance(offset, int): raise TypeError(f"offset must be an int or an integer tensor of shape (batch,), got {type(offset).__name__}")
-    elif offset < 0: raise ValueError(f"offset must be non-negative, got {offset}")
+    elif offset < 0: raise PositionError(f"offset must be non-negative, got {offset}")
     elif offset >= MAX_POSITION:
-        raise IndexError(f"offset {offset} is past 2**53, beyond which float64 angles no longer tell "
-                         "neighbouring positions apart")
+        raise PositionError(f"offset {offset} is past 2**53, beyond which float64 angles no longer tell "
+                            "neighbouring positions apart")
 
 # %% ../nbs/02_rope.ipynb #e5618229
 def _same_device(a, b)->bool:
@@ -741,7 +742,7 @@ def _check_cu_seqlens(cu_seqlens, total:int, offsets=None):
             raise TypeError(f"offsets must be None or an integer tensor of shape (n,) = ({n},), got "
                             f"{getattr(offsets, 'dtype', type(offsets).__name__)} of shape "
                             f"{tuple(getattr(offsets, 'shape', ()))}")
-        if bool((offsets.long() < 0).any()): raise ValueError("offsets must be non-negative")   # uint64 past 2**63: < 0
+        if bool((offsets.long() < 0).any()): raise PositionError("offsets must be non-negative")   # uint64 past 2**63: < 0
 
 # %% ../nbs/02_rope.ipynb #b5e1c8cf
 def _check_varlen_qk(q, k, dim:int):

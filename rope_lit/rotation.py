@@ -11,8 +11,9 @@ import torch
 from torch import Tensor
 
 # %% auto #0
-__all__ = ['rotate_complex', 'complex_viewable', 'apply_rotary', 'rotary_cos_sin', 'apply_rotary_', 'check_table_rows',
-           'rotary_qk', 'check_writable', 'check_disjoint', 'check_qk_args', 'offset_rows', 'check_append_args']
+__all__ = ['rotate_complex', 'complex_viewable', 'apply_rotary', 'rotary_cos_sin', 'apply_rotary_', 'PositionError',
+           'check_table_rows', 'rotary_qk', 'check_writable', 'check_disjoint', 'check_qk_args', 'offset_rows',
+           'check_append_args']
 
 # %% ../nbs/01a_rotation.ipynb #5d0a4546
 def _check_rotary_inputs(x, cos, sin, name='x'):
@@ -106,6 +107,10 @@ def apply_rotary_(x:Tensor, cos:Tensor, sin:Tensor, interleaved=False)->Tensor:
     x2.mul_(cos).addcmul_(saved, sin)
     return x
 
+# %% ../nbs/01a_rotation.ipynb #poserr2
+class PositionError(IndexError, ValueError):
+    "A position, offset or cache slot out of range: an `IndexError` and a `ValueError` both"
+
 # %% ../nbs/01a_rotation.ipynb #7b99655f
 def check_table_rows(
     positions:Tensor,       # integer rows into a cos/sin table
@@ -124,7 +129,8 @@ def check_table_rows(
     lo, hi = torch.aminmax(positions)
     lo, hi = int(lo), int(hi)                                   # one read of two numbers
     if lo < 0 or hi >= n_rows:
-        raise IndexError(f"positions must be rows of the cos/sin table, in [0, {n_rows}): got {lo if lo < 0 else hi}")
+        raise PositionError(f"positions must be rows of the cos/sin table, in [0, {n_rows}): "
+                            f"got {lo if lo < 0 else hi}")
 
 # %% ../nbs/01a_rotation.ipynb #b22a7275
 def rotary_qk(
@@ -242,8 +248,8 @@ def offset_rows(q, cos, sin, positions, offset):
     if positions is not None: return cos, sin, (positions + offset if offset else positions), None
     S = q.shape[2]
     if offset < 0 or offset > cos.shape[-2] - S:
-        raise IndexError(f"offset {offset}: positions {offset}..{offset + S - 1} are outside the cos/sin table "
-                         f"of {cos.shape[-2]} rows")
+        raise PositionError(f"offset {offset}: positions {offset}..{offset + S - 1} are outside the cos/sin table "
+                            f"of {cos.shape[-2]} rows")
     return cos[..., offset:offset + S, :], sin[..., offset:offset + S, :], None, None
 
 # %% ../nbs/01a_rotation.ipynb #rotchk5
@@ -292,25 +298,25 @@ def check_append_args(q, k, v, k_cache, v_cache, cos, sin, positions, offset)->t
     else:                             # an int: the same checks in plain Python, no tensors
         offsets, shift = None, operator.index(offset)
         if shift < 0 or shift + S > L:
-            raise IndexError(f"offset {shift} of batch row 0: slots {shift}..{shift + S - 1} are "
-                             f"outside the cache of max_len {L}")
+            raise PositionError(f"offset {shift} of batch row 0: slots {shift}..{shift + S - 1} are "
+                                f"outside the cache of max_len {L}")
         if cos.dim() == 3: return offsets, shift
         if positions is None:
             if shift + S > cos.shape[0]:
-                raise IndexError(f"position {max(shift, cos.shape[0])} (after offsets) is outside "
-                                 f"the cos/sin table of {cos.shape[0]} rows")
+                raise PositionError(f"position {max(shift, cos.shape[0])} (after offsets) is outside "
+                                    f"the cos/sin table of {cos.shape[0]} rows")
             return offsets, shift
         first = torch.full((B,), shift, dtype=torch.long)
     bad = ((first < 0) | (first > L - S)).nonzero()     # first + S could overflow int64
     if len(bad):
         b, f = int(bad[0, 0]), int(first[bad[0, 0]])
-        raise IndexError(f"offset {f} of batch row {b}: slots {f}..{f + S - 1} are outside the "
-                         f"cache of max_len {L}")
+        raise PositionError(f"offset {f} of batch row {b}: slots {f}..{f + S - 1} are outside the "
+                            f"cache of max_len {L}")
     if cos.dim() == 2:
         rows = (positions.to('cpu').reshape(-1, S) if positions is not None
                 else first[:, None] + torch.arange(S))
         bad = ((rows < 0) | (rows >= cos.shape[0])).flatten().nonzero()
         if len(bad):
-            raise IndexError(f"position {int(rows.flatten()[bad[0, 0]])} (after offsets) is "
-                             f"outside the cos/sin table of {cos.shape[0]} rows")
+            raise PositionError(f"position {int(rows.flatten()[bad[0, 0]])} (after offsets) is "
+                                f"outside the cos/sin table of {cos.shape[0]} rows")
     return offsets, shift

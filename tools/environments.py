@@ -7,14 +7,19 @@
 
 - **oldest**: the oldest Python that pyproject.toml allows (`requires-python`), and for every dependency the lowest
   release its bounds allow (uv's `--resolution lowest-direct`), with the `dev` extra: the oldest torch's CUDA build
-  brings its own Triton, so the CUDA kernels' tests run under Triton's interpreter there too.
+  brings its own Triton, so the CUDA kernels' tests run under Triton's interpreter there too. The environment fails
+  unless every direct requirement's lower bound (the library's, and those of the `experiments`, `dev` and `triton`
+  extras) is the release installed: a bound another package lifts (nbdev lifting fastcore, say) was never tested.
+  The `bench` extra's liger-kernel runs only on CUDA and is not checked.
 - **newest**: the newest Python found here, and today's releases of everything (`.[dev,triton]`, torch unpinned:
   PyPI's CUDA build, which runs on the CPU when there is no GPU).
 
 Each environment is made fresh under .venv-compat/ (ignored by git) with uv (installed with pip if missing),
 rope_lit installed from this checkout in editable mode; then the README's test command, `python tools/run_tests.py`,
-runs in it (its output kept in .venv-compat/<name>/tests.log). The table printed last (and the CSV, if --out is given) gives per environment the versions installed,
-the notebooks passed and failed, and how long the install and the tests took. About 3 minutes of install and 10 of
+runs in it (its output kept in .venv-compat/<name>/tests.log), with ROPE_LIT_WRITING_ENVIRONMENTS=1 so that the
+index page leaves its checks of this table (the previous run's, which this run rewrites) to the next test run.
+The table printed last (and the CSV, if --out is given) gives per environment the versions installed, the
+notebooks passed and failed, and how long the install and the tests took. About 3 minutes of install and 10 of
 tests each on a 2-core machine; each environment takes about 6 GB of disk (the CUDA build of torch).
 """
 import argparse, csv, datetime, glob, os, platform, re, shutil, subprocess, sys, time
@@ -22,6 +27,28 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ['torch', 'triton', 'numpy', 'transformers', 'accelerate', 'nbdev', 'fastcore']
+EXTRAS = ['experiments', 'dev', 'triton']   # the extras whose lower bounds the oldest environment tests
+
+def lower_bounds()->dict:
+    "Each direct requirement's lower bound, {name: 'X'} from 'name>=X', over the library and EXTRAS"
+    import tomllib
+    from packaging.requirements import Requirement
+    project = tomllib.loads((ROOT / 'pyproject.toml').read_text())['project']
+    reqs = project['dependencies'] + [r for e in EXTRAS for r in project['optional-dependencies'][e]]
+    bounds = {}
+    for text in reqs:
+        req = Requirement(text)
+        if req.name == project['name']: continue   # an extra naming another extra: its lines are in EXTRAS too
+        low = [s.version for s in req.specifier if s.operator == '>=']
+        if not low: sys.exit(f"environments: pyproject.toml's {text!r} has no lower bound (name>=X)")
+        bounds[req.name] = low[0]
+    return bounds
+
+def bounds_missed(installed:dict, bounds:dict)->list:
+    "'name>=X (installed Y)' for each lower bound that is not the release installed"
+    from packaging.version import Version
+    return [f"{name}>={low} (installed {installed.get(name, '-')})" for name, low in bounds.items()
+            if installed.get(name, '-') == '-' or Version(installed[name]) != Version(low)]
 
 def oldest_python_claimed()->str:
     "The minor version `requires-python` starts at, e.g. '3.10'"
@@ -72,10 +99,10 @@ def build(name:str, python:str, install:list)->tuple:
     error = ' / '.join(got.stderr.strip().splitlines()[-4:] or ['?']) if got.returncode else ''
     return py, round(time.time() - start), error
 
-def versions(py:str)->dict:
-    "The versions of PACKAGES and of Python in that environment"
+def versions(py:str, names:list)->dict:
+    "The versions of `names` (distributions) and of Python in that environment"
     code = ("import importlib.metadata as m, sys\n"
-            f"for p in {PACKAGES!r}:\n"
+            f"for p in {names!r}:\n"
             "    try: print(p, m.version(p))\n"
             "    except m.PackageNotFoundError: print(p, '-')\n"
             "print('python', '.'.join(map(str, sys.version_info[:3])))")
@@ -86,7 +113,8 @@ def test(py:str)->tuple:
     "The README's test command in that environment, activated: (passed, summary line, failed notebooks, seconds)"
     env_dir = Path(py).parents[1]
     # as `source bin/activate` would: the notebooks' own commands (rope-lit-bench, python3, ninja) from this environment
-    env = {**os.environ, 'VIRTUAL_ENV': str(env_dir), 'PATH': f"{env_dir / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {**os.environ, 'VIRTUAL_ENV': str(env_dir), 'PATH': f"{env_dir / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+           'ROPE_LIT_WRITING_ENVIRONMENTS': '1'}   # the index page's checks of the table this run is about to rewrite wait
     env.pop('PYTHONHOME', None)
     start = time.time()
     r = subprocess.run([py, 'tools/run_tests.py'], capture_output=True, text=True, cwd=ROOT, env=env)
@@ -107,6 +135,8 @@ def main():
     plans = {'oldest': (low_py, ['--resolution', 'lowest-direct', '-e', '.[dev]']),
              'newest': (high_py, ['--resolution', 'highest', 'torch', '-e', '.[dev,triton]'])}
     if low_py is None: sys.exit(f"environments: no Python {low_minor} here for the oldest environment")
+    bounds = lower_bounds()
+    names = list(dict.fromkeys(PACKAGES + list(bounds)))   # the CSV's package columns: every direct requirement
     rows = []
     for name, (python, install) in plans.items():
         if args.only and name != args.only: continue
@@ -115,15 +145,17 @@ def main():
         row = {'environment': name, 'install_s': setup_s}
         if error:
             rows.append({**row, 'result': 'install failed', 'detail': error}); print(f"environments:   {error}"); continue
-        row.update(versions(py))
+        row.update(versions(py, names))
         print(f"environments: {name}: " + ', '.join(f"{p} {row.get(p, '-')}" for p in ['python'] + PACKAGES), flush=True)
+        missed = bounds_missed(row, bounds) if name == 'oldest' else []
+        if missed: print(f"environments: {name}: lower bounds not installed: {'; '.join(missed)}", flush=True)
         passed, summary, failed, test_s = test(py)
-        row.update(result='passed' if passed else 'failed', tests=summary.split(': ', 1)[-1],
-                   test_s=test_s, detail=' '.join(failed))
+        row.update(result='passed' if passed and not missed else 'failed', tests=summary.split(': ', 1)[-1],
+                   test_s=test_s, detail=' '.join(failed + [f"lower bound not installed: {m}" for m in missed]))
         print(f"environments: {name}: {summary} ({test_s} s)", flush=True)
         rows.append(row)
     date, machine = datetime.date.today().isoformat(), f"{cpu_name()}, {os.cpu_count()} cores, {gpu_name()}"
-    cols = ['environment', 'python'] + PACKAGES + ['result', 'tests', 'install_s', 'test_s', 'date', 'machine', 'detail']
+    cols = ['environment', 'python'] + names + ['result', 'tests', 'install_s', 'test_s', 'date', 'machine', 'detail']
     for r in rows: r.update(date=date, machine=machine)
     print('| ' + ' | '.join(cols) + ' |\n|' + '---|' * len(cols))
     for r in rows: print('| ' + ' | '.join(str(r.get(c, '-')) for c in cols) + ' |')
