@@ -236,7 +236,7 @@ def check_qk_args(q, k, cos, sin, positions, inplace):
     if positions is not None and tuple(positions.shape) not in ((S,), (B, S), (1, S)):
         raise ValueError(f"positions must be (seq,) or (batch, seq) = ({S},) or ({B}, {S}), got {list(positions.shape)}")
     if positions is None and cos.shape[-2] < S:
-        raise ValueError(f"cos/sin hold {cos.shape[-2]} positions but q has seq length {S}")
+        raise PositionError(f"cos/sin hold {cos.shape[-2]} positions but q has seq length {S}")
     if inplace: check_disjoint(q, k)        # shared memory would be rotated twice
 
 # %% ../nbs/01a_rotation.ipynb #51d04c63

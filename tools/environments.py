@@ -6,11 +6,12 @@
   python tools/environments.py --out nbs/compat_results/environments.csv   # rows of the others kept
 
 - **oldest**: the oldest Python that pyproject.toml allows (`requires-python`), and for every dependency the lowest
-  release its bounds allow (uv's `--resolution lowest-direct`), with the `dev` extra: the oldest torch's CUDA build
-  brings its own Triton, so the CUDA kernels' tests run under Triton's interpreter there too. The environment fails
-  unless every direct requirement's lower bound (the library's, and those of the `experiments`, `dev` and `triton`
-  extras) is the release installed: a bound another package lifts (nbdev lifting fastcore, say) was never tested.
-  The `bench` extra's liger-kernel runs only on CUDA and is not checked.
+  release its bounds allow (uv's `--resolution lowest-direct`), with the `dev` and `triton` extras (the oldest
+  torch's CUDA build pins the same Triton), so the CUDA kernels' tests run under Triton's interpreter there too.
+  The environment fails unless every direct requirement's lower bound (the library's, and those of the
+  `experiments`, `dev` and `triton` extras that apply to this platform) is the release installed: a bound another
+  package lifts (nbdev lifting fastcore, say) was never tested. The `bench` extra's liger-kernel runs only on CUDA
+  and is not checked.
 - **newest**: the newest Python found here, and today's releases of everything (`.[dev,triton]`, torch unpinned:
   PyPI's CUDA build, which runs on the CPU when there is no GPU).
 
@@ -30,25 +31,31 @@ PACKAGES = ['torch', 'triton', 'numpy', 'transformers', 'accelerate', 'nbdev', '
 EXTRAS = ['experiments', 'dev', 'triton']   # the extras whose lower bounds the oldest environment tests
 
 def lower_bounds()->dict:
-    "Each direct requirement's lower bound, {name: 'X'} from 'name>=X', over the library and EXTRAS"
-    import tomllib
-    from packaging.requirements import Requirement
+    "Each direct requirement's lower bound, {name: 'X'} from 'name>=X', over the library and EXTRAS (this platform's)"
+    try:
+        import tomllib
+        from packaging.requirements import Requirement
+        from packaging.utils import canonicalize_name
+    except ImportError as e:
+        sys.exit(f"environments: needs Python 3.11 or later (tomllib) and `packaging` ({e}): "
+                 "run it from the dev environment")
     project = tomllib.loads((ROOT / 'pyproject.toml').read_text())['project']
     reqs = project['dependencies'] + [r for e in EXTRAS for r in project['optional-dependencies'][e]]
     bounds = {}
     for text in reqs:
         req = Requirement(text)
-        if req.name == project['name']: continue   # an extra naming another extra: its lines are in EXTRAS too
+        if canonicalize_name(req.name) == canonicalize_name(project['name']): continue   # an extra naming another
+        if req.marker is not None and not req.marker.evaluate(): continue   # not for this platform: not installed
         low = [s.version for s in req.specifier if s.operator == '>=']
         if not low: sys.exit(f"environments: pyproject.toml's {text!r} has no lower bound (name>=X)")
         bounds[req.name] = low[0]
     return bounds
 
 def bounds_missed(installed:dict, bounds:dict)->list:
-    "'name>=X (installed Y)' for each lower bound that is not the release installed"
+    "'name>=X (installed Y)' for each lower bound that is not the release installed (local tags like '+cpu' aside)"
     from packaging.version import Version
     return [f"{name}>={low} (installed {installed.get(name, '-')})" for name, low in bounds.items()
-            if installed.get(name, '-') == '-' or Version(installed[name]) != Version(low)]
+            if installed.get(name, '-') == '-' or Version(Version(installed[name]).public) != Version(low)]
 
 def oldest_python_claimed()->str:
     "The minor version `requires-python` starts at, e.g. '3.10'"
@@ -132,7 +139,7 @@ def main():
     low_minor = oldest_python_claimed()
     low_py = find_python(low_minor)
     high_py = newest_python()[1]
-    plans = {'oldest': (low_py, ['--resolution', 'lowest-direct', '-e', '.[dev]']),
+    plans = {'oldest': (low_py, ['--resolution', 'lowest-direct', '-e', '.[dev,triton]']),
              'newest': (high_py, ['--resolution', 'highest', 'torch', '-e', '.[dev,triton]'])}
     if low_py is None: sys.exit(f"environments: no Python {low_minor} here for the oldest environment")
     bounds = lower_bounds()
