@@ -11,16 +11,12 @@ accelerate; then `tools/run_tests.py nbs/06_transformers.ipynb` runs in it. The 
 --out is given) says, per pair, the versions installed, whether the page's tests passed, and how long they took.
 The oldest releases are the lower bounds in pyproject.toml: a bound is one this script has passed.
 """
-import argparse, csv, datetime, os, re, subprocess, sys, time, venv
+import argparse, csv, datetime, subprocess, sys, time, venv
 from pathlib import Path
+from environments import lower_bounds   # every direct requirement's bound, read from pyproject.toml
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = 'nbs/06_transformers.ipynb'
-
-def lower_bounds()->dict:
-    "The lower bounds pyproject.toml gives transformers and accelerate (its dev extra)"
-    text = (ROOT / 'pyproject.toml').read_text()
-    return {name: re.search(rf'"{name}>=([0-9.]+)', text).group(1) for name in ('transformers', 'accelerate')}
 
 def default_pairs()->list:
     low = lower_bounds()
