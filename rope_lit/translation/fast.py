@@ -11,6 +11,7 @@ import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 from fastcore.basics import patch
 from ..attention import RotaryMultiHeadAttention
+from ..rotation import PositionError
 from ..kernels import rotary_append, CPU_KERNEL_PATH
 from ..cpp_build import native_extension, native_possible, cpp_parts
 from .data import PAD, BOS, EOS
@@ -343,7 +344,7 @@ class IncrementalDecoder:
         if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
             raise ValueError(f"max_len must be an int >= 1 (`<s>` included), got {max_len!r}")
         if max_len - 1 > model.max_len:
-            raise ValueError(f"max_len={max_len} needs target positions up to {max_len - 2}, "
+            raise PositionError(f"max_len={max_len} needs target positions up to {max_len - 2}, "
                              f"beyond the model's max_len={model.max_len}")
         self.model, self.dtype, self.max_len, self.t = model, dtype, max_len, 0
         weights = DecodingWeights(model, dtype) if weights is None else weights
@@ -462,7 +463,7 @@ def step(self:IncrementalDecoder,
         got = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
         raise ValueError(f"tokens must be a (rows,) = ({rows},) integer tensor, got {got}")
     if t >= self.max_len - 1:
-        raise ValueError(f"all {self.max_len - 1} steps of max_len={self.max_len} are used")
+        raise PositionError(f"all {self.max_len - 1} steps of max_len={self.max_len} are used")
     if self.native:   # the same step in one C++ call (below)
         tables = self._tables or self._native_tables(t + 1)   # rows 0 .. t at least
         logits = self._native.step(tokens.long(), t, *tables)

@@ -11,6 +11,7 @@ import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 from fastcore.basics import patch
 from ..attention import RotaryMultiHeadAttention, KVCache
+from ..rotation import PositionError
 from .data import PAD, BOS, EOS
 
 # %% auto #0
@@ -149,7 +150,7 @@ def encode(self:Seq2SeqTransformer,
 )->tuple[Tensor,Tensor]:     # memory (batch, src_len, d_model), key mask (batch, 1, 1, src_len)
     "Encode `src`: the memory the decoder attends to and the mask of its real (non-padding) tokens"
     if src.shape[1] > self.max_len:
-        raise ValueError(f"src has {src.shape[1]} tokens, more than max_len={self.max_len}")
+        raise PositionError(f"src has {src.shape[1]} tokens, more than max_len={self.max_len}")
     mask = (src != PAD)[:, None, None, :]
     x = self._embed(src, None)   # positions 0, 1, ...: the attention's defaults
     for layer in self.encoder: x = layer(x, mask, None, keep_weights)
@@ -169,7 +170,7 @@ def decode(self:Seq2SeqTransformer,
     b, t = tgt.shape
     last = (start if isinstance(start, int) else int(start.max())) + t - 1
     if last >= self.max_len:
-        raise ValueError(f"target position {last} exceeds max_len={self.max_len}")
+        raise PositionError(f"target position {last} exceeds max_len={self.max_len}")
     if cache is None and isinstance(start, int) and start == 0:
         pos = mpos = None                             # teacher forcing: default positions
     else:                                             # absolute positions for (2) and (3)
