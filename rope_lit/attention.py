@@ -139,7 +139,7 @@ class RotaryMultiHeadAttention(nn.Module):
         interleaved:bool=False,   # pairing: (2i, 2i+1) instead of (i, i + rotary_dim/2)
         scaling:str|None=None,    # frequency variant (`rope_frequencies`)
         scaling_options:dict|None=None, # e.g. dict(factor=8, original_max_seq_len=4096)
-        max_seq_len:int|None=None, # positions to cache up front
+        max_seq_len:int|None=None, # positions to cache up front; tensor positions must then be below it
         backend:str='auto',       # RotaryEmbedding backend
     ):
         super().__init__()
@@ -175,7 +175,8 @@ def _attend(q, k, v, mask, is_causal, dropout_p, need_weights):
     if mask is not None:
         if mask.dtype == torch.bool: scores = scores.masked_fill(~mask, float('-inf'))
         else: scores = scores + mask
-    weights = scores.softmax(dim=-1)
+    weights = scores.softmax(dim=-1)          # a row with no key to see: zeros, as SDPA gives (not NaN)
+    weights = weights.masked_fill((scores == float('-inf')).all(-1, keepdim=True), 0.0)
     out = (F.dropout(weights, dropout_p) if dropout_p else weights) @ v.to(work)
     return out.to(q.dtype), weights.to(q.dtype)
 

@@ -68,6 +68,10 @@ def _check_rotary_embedding_args(dim, rotary_dim, max_seq_len, seq_dim, backend,
         raise TypeError(f"scaling_options must be None or a dict of keyword options of the scaling variant, got {type(scaling_options).__name__}")
     if scaling is None and scaling_options:
         raise TypeError(f"scaling_options {sorted(scaling_options)} need a scaling variant (e.g. scaling='yarn'), got scaling=None")
+    for key, why in (('max_seq_len', "pass it as RotaryEmbedding's own max_seq_len="),
+                     ('seq_len', "RotaryEmbedding takes each call's length as the current length")):
+        if scaling_options and key in scaling_options:
+            raise ValueError(f"scaling_options must not hold {key!r}: {why}")
     if attention_factor is not None: _check_attention_factor(attention_factor)
     if axial_2d and scaling is not None:
         raise ValueError(f"axial_2d=True takes no scaling variant (they stretch one long axis), got scaling={scaling!r}")
@@ -89,7 +93,7 @@ class RotaryEmbedding(nn.Module):
         base:float=10000.0,     # θ_i = base^(-2i/rotary_dim)
         interleaved=False,      # (2i, 2i+1) (RoFormer/LLaMA), not (i, i + rotary_dim/2) (NeoX/HF)
         rotary_dim:int|None=None, # features rotated (the first ones), even, <= dim; default dim
-        max_seq_len:int|None=None, # positions to cache up front (also given to `rope_frequencies`)
+        max_seq_len:int|None=None, # positions to cache up front; tensor positions must then be below it
         scaling:str|None=None,  # frequency variant, passed to `rope_frequencies`
         scaling_options:dict|None=None, # e.g. dict(factor=8, original_max_seq_len=4096)
         attention_factor:float|None=None, # multiplies cos, sin; None: YaRN's √(1/t), or 1
