@@ -57,7 +57,8 @@ class KVCache:
 
     def reorder(self, indices:Tensor)->KVCache:
         "Keep batch rows `indices` (beam search): row i of the result is row indices[i]; in place"
-        if not isinstance(indices, Tensor) or indices.ndim != 1 or indices.is_floating_point():
+        if (not isinstance(indices, Tensor) or indices.ndim != 1 or indices.is_floating_point()
+                or indices.is_complex() or indices.dtype == torch.bool):
             raise TypeError("indices must be a 1-D integer tensor of batch rows")
         rows = next((t.shape[0] for t in (self._k, *(self.memory or ())) if t is not None), None)
         if rows is not None and len(indices) and not (0 <= int(indices.min()) and int(indices.max()) < rows):
@@ -279,8 +280,8 @@ def forward(self:RotaryMultiHeadAttention,
         else: k, v = kv
     if cache is not None: cache.position += q_len
     if attn_mask is not None and attn_mask.dtype != torch.bool: attn_mask = attn_mask.to(q.dtype)
-    # q_len == kv_len, decided on Python ints (so a plain bool under torch.compile's symbolic lengths too)
-    sdpa_causal = is_causal and attn_mask is None and past == 0
+    # q_len == kv_len; a conditional makes it a plain bool, as a cache's length is symbolic once compiled
+    sdpa_causal = True if (is_causal and attn_mask is None and past == 0) else False
     if is_causal and not sdpa_causal and q_len > 1:      # causal triangle aligned to the last query
         causal = causal_mask(q_len, kv_len, x.device)
         if attn_mask is None: attn_mask = causal

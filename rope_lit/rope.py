@@ -55,6 +55,14 @@ def _check_attention_factor(a):
     return float(a)
 
 # %% ../nbs/02_rope.ipynb #6b985f0c
+def _check_backend(name):
+    "Raise, naming the argument, unless `name` is a backend rope_lit knows (on the first call: whether it can run)"
+    if not isinstance(name, str): raise TypeError(f"backend must be a str, got {type(name).__name__}")
+    try: from rope_lit.kernels import BACKENDS
+    except ImportError: BACKENDS = None          # `resolve_backend` says what is missing
+    if BACKENDS is not None and name not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
+
 def _check_rotary_embedding_args(dim, rotary_dim, max_seq_len, seq_dim, backend, scaling, scaling_options, attention_factor, axial_2d=False):
     "Raise `TypeError`/`ValueError`, naming the argument, unless `RotaryEmbedding`'s arguments are valid"
     _check_even('dim', dim)
@@ -63,7 +71,7 @@ def _check_rotary_embedding_args(dim, rotary_dim, max_seq_len, seq_dim, backend,
         raise ValueError(f"max_seq_len must be None or a positive int, got {max_seq_len!r}")
     if isinstance(seq_dim, bool) or seq_dim not in _SEQ_DIMS:
         raise ValueError(f"seq_dim must be -2 (batch, heads, seq, d), 1 (batch, seq, heads, d) or 0 (seq, batch, heads, d), got {seq_dim!r}")
-    if not isinstance(backend, str): raise TypeError(f"backend must be a str, got {type(backend).__name__}")
+    _check_backend(backend)
     if scaling_options is not None and not isinstance(scaling_options, dict):
         raise TypeError(f"scaling_options must be None or a dict of keyword options of the scaling variant, got {type(scaling_options).__name__}")
     if scaling is None and scaling_options:
@@ -115,8 +123,7 @@ class RotaryEmbedding(nn.Module):
         self.mrope_interleaved, self.axial_2d = bool(mrope_interleaved), bool(axial_2d)
         streams = None                             # None: every pair reads the one position stream
         if mrope_section is not None or mrope_interleaved or axial_2d:
-            streams = frequency_pair_streams(self.rotary_dim, mrope_section, mrope_interleaved,
-                                             axial_2d)
+            streams = self._pair_streams_cpu()
         freq_dim = self.rotary_dim // 2 if axial_2d else self.rotary_dim  # 2-D: θ per axis
         self._dynamic = scaling == 'dynamic_ntk'   # θ from each call's own length
         with torch.device('cpu'):                  # θ stays on the CPU, also under torch.device('meta')
@@ -130,7 +137,8 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer('inv_freq', self._inv_freq64.to(here, copy=True), persistent=False)
         self.register_buffer('cos_cached', torch.empty(0, self.rotary_dim//2), persistent=False)
         self.register_buffer('sin_cached', torch.empty(0, self.rotary_dim//2), persistent=False)
-        self.register_buffer('pair_streams', streams, persistent=False)  # (rotary_dim//2,) or None
+        self.register_buffer('pair_streams', None if streams is None else streams.to(here),
+                             persistent=False)    # (rotary_dim//2,) or None
         self._one_stream = streams is None        # a plain attribute: read on every call
         self._grid_tables, self._plans, self._fast_rows = {}, {}, {}  # `_forward_cached`
         if not (isinstance(validate_positions, bool) or validate_positions == 'off'):
@@ -156,9 +164,17 @@ class RotaryEmbedding(nn.Module):
         a = self.attention_factor
         return (cos, sin) if a == 1.0 else (cos * a, sin * a)
 
+    def _pair_streams_cpu(self)->Tensor:
+        "`frequency_pair_streams` of this module's layout, made on the CPU (also under torch.device('meta'))"
+        with torch.device('cpu'):
+            return frequency_pair_streams(self.rotary_dim, self.mrope_section, self.mrope_interleaved,
+                                          self.axial_2d)
+
     def _apply(self, fn, *args, **kwargs):
-        "After `.to()`/`.cuda()`/`.half()`: keep the new device; float64 θ and float32 tables again"
+        "After `.to()`/`.cuda()`/`.half()`/`.to_empty()`: keep the new device; θ, streams and tables again"
         super()._apply(fn, *args, **kwargs)
+        if self.pair_streams is not None:         # `to_empty` leaves a buffer made on 'meta' unset
+            self.pair_streams = self._pair_streams_cpu().to(self.pair_streams.device)
         self._build(len(self.cos_cached))
         return self
 
@@ -167,7 +183,7 @@ def _get_backend(self): return self._backend
 
 # %% ../nbs/02_rope.ipynb #63793b26
 def _set_backend(self, name):
-    if not isinstance(name, str): raise TypeError(f"backend must be a str, got {type(name).__name__}")
+    _check_backend(name)
     self._backend, self._backends, self._plans = name, {}, {}   # resolved again on the next call
 
 # %% ../nbs/02_rope.ipynb #23a6bb89
@@ -430,9 +446,9 @@ def _forward_cached(self:RotaryEmbedding, q:Tensor, k:Tensor, offset:int)->tuple
     if plan is None:                          # first call of its kind: all of `forward`'s checks
         qb, kb = self._qk_as_bhsd(q, k)
         seq, batch = qb.shape[2], qb.shape[0]
+        rotate = self.backend_for(q.device.type)   # resolved once per kind of call too, before tables grow
         self.cos_sin(seq, None, offset, batch, q.device, q.dtype)  # device (and offset) checks
         if len(self._plans) >= 256: self._plans.clear()   # bounded: many prefill lengths
-        rotate = self.backend_for(q.device.type)   # resolved once per kind of call too
         direct = _direct_kernel(rotate, self.interleaved)
         plan = self._plans[key] = (seq, batch, q.dtype == torch.float64, rotate, direct)
     seq, batch, wide, rotate, direct = plan
@@ -475,10 +491,11 @@ def forward(self:RotaryEmbedding,
             and not torch.compiler.is_compiling()):
         return self._forward_cached(q, k, offset)  # the common call: checks once per shape
     qb, kb = self._qk_as_bhsd(q, k)           # checked views as (batch, heads, seq, head_dim)
+    rotate = self.backend_for(q.device.type)  # a backend that cannot run fails before any table grows
     where = (qb.shape[2], positions, offset, qb.shape[0], q.device, q.dtype)
     if self.pair_streams is None and grid is None: cos, sin = self.cos_sin(*where)
     else: cos, sin = self.stream_cos_sin(*where, grid=grid)  # M-RoPE or 2-D: positions per stream
-    qr, kr = self.backend_for(q.device.type)(qb, kb, cos, sin, interleaved=self.interleaved)
+    qr, kr = rotate(qb, kb, cos, sin, interleaved=self.interleaved)
     back = _FROM_BHSD[self.seq_dim]
     return qr.permute(*back), kr.permute(*back)
 
@@ -793,6 +810,7 @@ def varlen(self:RotaryEmbedding,
                          "their positions through forward(q, k, positions=...)")
     qb, kb = q.transpose(0, 1)[None], k.transpose(0, 1)[None]   # (1, heads, total, d) views, any seq_dim
     positions = varlen_positions(cu_seqlens, q.shape[0], offsets)
+    rotate = self.backend_for(q.device.type)  # before any table grows
     cos, sin = self.cos_sin(q.shape[0], positions[None], 0, 1, q.device, q.dtype)
-    qr, kr = self.backend_for(q.device.type)(qb, kb, cos, sin, interleaved=self.interleaved)
+    qr, kr = rotate(qb, kb, cos, sin, interleaved=self.interleaved)
     return qr[0].transpose(0, 1), kr[0].transpose(0, 1)

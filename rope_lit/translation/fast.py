@@ -505,6 +505,9 @@ def reorder(self:IncrementalDecoder,
     ok = isinstance(rows, Tensor) and not rows.is_floating_point() and rows.dtype != torch.bool
     if not ok or tuple(rows.shape) != (self.rows,):
         raise ValueError(f"rows must be a (rows,) = ({self.rows},) integer tensor of row indices")
+    lo, hi = (int(v) for v in torch.aminmax(rows))
+    if not 0 <= lo <= hi < self.rows:              # no wrapping round from the end, as KVCache.reorder
+        raise IndexError(f"rows must be row indices in [0, {self.rows}), got {lo if lo < 0 else hi}")
     for kv in self.kv: kv[:, :, :, :self.t] = kv[:, rows, :, :self.t]
     if memory:
         self.cross = [(k[rows], v[rows]) for k, v in self.cross]

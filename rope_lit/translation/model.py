@@ -142,6 +142,19 @@ def _embed(self:Seq2SeqTransformer, ids:Tensor, positions:Tensor|None)->Tensor:
         x = x + (self.pe[:ids.shape[1]] if positions is None else self.pe[positions])
     return self.drop(x)
 
+# %% ../../nbs/11_mt_model.ipynb #argchk1
+def _is_ids(t)->bool:
+    "Whether `t` is an integer tensor (token ids or positions)"
+    return isinstance(t, Tensor) and not (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool)
+
+def _check_max_len(model:Seq2SeqTransformer, max_len):
+    "Raise, naming `max_len`, unless the decoders can emit `max_len` tokens (`<s>` included) with this model"
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+        raise ValueError(f"max_len must be an int >= 1 (`<s>` included), got {max_len!r}")
+    if max_len - 1 > model.max_len:
+        raise PositionError(f"max_len={max_len} needs target positions up to {max_len - 2}, "
+                            f"beyond the model's max_len={model.max_len}")
+
 # %% ../../nbs/11_mt_model.ipynb #1dfb43c7
 @patch
 def encode(self:Seq2SeqTransformer,
@@ -149,6 +162,9 @@ def encode(self:Seq2SeqTransformer,
     keep_weights:bool=False, # keep every layer's attention weights (for `attention_maps`)
 )->tuple[Tensor,Tensor]:     # memory (batch, src_len, d_model), key mask (batch, 1, 1, src_len)
     "Encode `src`: the memory the decoder attends to and the mask of its real (non-padding) tokens"
+    if not _is_ids(src) or src.ndim != 2:
+        got = f"{src.dtype} {tuple(src.shape)}" if isinstance(src, Tensor) else type(src).__name__
+        raise TypeError(f"src must be a (batch, src_len) integer tensor of token ids, got {got}")
     if src.shape[1] > self.max_len:
         raise PositionError(f"src has {src.shape[1]} tokens, more than max_len={self.max_len}")
     mask = (src != PAD)[:, None, None, :]
@@ -168,7 +184,13 @@ def decode(self:Seq2SeqTransformer,
 )->Tensor:                   # logits (batch, tgt_len, vocab)
     "Logits for target ids `tgt` starting at position `start`"
     b, t = tgt.shape
-    last = (start if isinstance(start, int) else int(start.max())) + t - 1
+    if isinstance(start, bool) or not (isinstance(start, int) or (
+            _is_ids(start) and tuple(start.shape) in ((b, 1), (b,)))):
+        got = f"{start.dtype} {tuple(start.shape)}" if isinstance(start, Tensor) else repr(start)
+        raise TypeError(f"start must be an int or an integer (batch, 1) = ({b}, 1) tensor, got {got}")
+    if isinstance(start, int): first, last = start, start + t - 1
+    else: lo, hi = torch.aminmax(start); first, last = int(lo), int(hi) + t - 1
+    if first < 0: raise PositionError(f"start must be >= 0 (a position), got {first}")
     if last >= self.max_len:
         raise PositionError(f"target position {last} exceeds max_len={self.max_len}")
     if cache is None and isinstance(start, int) and start == 0:
@@ -239,6 +261,7 @@ def greedy_decode(
     min_len:int=0,            # forbid `</s>` before this many tokens (for timing fixed lengths)
 )->Tensor:                    # (batch, out_len) ids starting with `<s>`, padded after `</s>`
     "Batched greedy decoding, with or without the key/value cache"
+    _check_max_len(model, max_len)
     memory, mask = model.encode(src)
     dec = model.start_decoding(memory, mask, max_len) if use_cache else None
     ys = torch.full((src.shape[0], max_len), PAD, dtype=torch.long, device=src.device)
@@ -268,6 +291,7 @@ def beam_search(
     "Batched beam search with the key/value cache"
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")
+    _check_max_len(model, max_len)
     b, k, dev = src.shape[0], beam_size, src.device
     memory, mask = model.encode(src)
     memory, mask = memory.repeat_interleave(k, 0), mask.repeat_interleave(k, 0)
