@@ -10,7 +10,7 @@ __all__ = ['ENVIRONMENTS', 'DEFAULT_SHAPES', 'DEFAULT_DTYPE', 'METHOD_NAMES', 'm
 # %% ../nbs/04b_bench_cli.ipynb #569df4cd
 import argparse, json, os, shlex, sys
 from pathlib import Path
-from .cli_args import Parser, number, atomic_write, refuse_overwrite
+from .cli_args import Parser, number, atomic_write, refuse_overwrite, require
 
 # the allocator settings a CPU run can be made in: GLIBC_TUNABLES unset, or set to the benchmark's
 # CPU_TUNABLES (defined with the benchmark, which this module imports only once a run starts)
@@ -204,6 +204,7 @@ def main(argv=None):
         )
     if args.environments and args.device != 'cpu':
         ap.error(f"argument --environments: only with --device cpu, got --device {args.device}")
+    require(ap, 'matplotlib')   # the plot at the end: checked before any timing
     out = Path(args.out or Path('bench_results') / args.device)
     refuse_overwrite(ap, out, ('results.csv', 'meta.json', 'plot.png')
                      + (('sweep.csv',) if args.sweep else ()), args.overwrite)

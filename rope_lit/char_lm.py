@@ -16,7 +16,7 @@ from .attention import RotaryMultiHeadAttention, alibi_bias
 from .rope import RotaryEmbedding
 from .scaling import yarn_attention_factor
 from .frequencies import rope_frequencies
-from .cli_args import atomic_write, load_checkpoint
+from .cli_args import atomic_write, load_checkpoint, check_private
 
 # %% auto #0
 __all__ = ['REPO_ROOT', 'TINY_SHAKESPEARE_URL', 'TINY_SHAKESPEARE_SHA256', 'TINY_SHAKESPEARE', 'POSITIONS', 'VARIANTS',
@@ -327,11 +327,18 @@ def _trained_model(cfg, position, seed, vocab_size, train_ids, checkpoint_dir, p
     train_cfg = dict(context=cfg['context'], steps=cfg['steps'], batch_size=cfg['batch_size'], lr=cfg['lr'], seed=seed)
     data_key = hashlib.sha256(train_ids.cpu().numpy().tobytes()).hexdigest()   # a checkpoint is reused only for the same text
     path = None if checkpoint_dir is None else Path(checkpoint_dir)/f"{position}_seed{seed}.pt"
-    if path is not None and path.exists():
+    if path is not None and (path.exists() or path.is_symlink()):
+        what = f"char LM checkpoint {path}"
+        check_private(path, what)                     # nothing others could have replaced is loaded
         saved = load_checkpoint(path, 'char LM checkpoint')
+        if not (isinstance(saved, dict) and {'model_cfg', 'train_cfg', 'state', 'log'} <= saved.keys()):
+            raise ValueError(f"{what} is not one rope-lit-lm saved (no model_cfg, train_cfg, state and log)")
         if saved['model_cfg'] == model_cfg and saved['train_cfg'] == train_cfg and saved.get('data') == data_key:
-            model = CharLM(**model_cfg); model.load_state_dict(saved['state']); model.eval()
-            return model, saved['log']
+            model = CharLM(**model_cfg)
+            try: model.load_state_dict(saved['state'])
+            except (RuntimeError, TypeError, AttributeError) as e:
+                raise ValueError(f"{what}: its weights do not fit the model ({str(e).splitlines()[0]})") from None
+            return model.eval(), saved['log']
     torch.manual_seed(seed)
     model = CharLM(**model_cfg)
     start = time.time()
@@ -371,7 +378,11 @@ def run_experiment(
 )->dict:                          # config, train log and rows {scheme, variant, context, ppl, ...}
     "Train one character LM per scheme and seed; evaluate every (scheme, variant) at every context"
     variants = tuple(VARIANTS) if variants is None else variants
+    if len(set(seeds)) != len(seeds):   # a seed given twice trains the same model twice: no spread
+        raise ValueError(f"seeds must differ from each other, got {tuple(seeds)}")
     cfg, text = _experiment_config(size, schemes, variants, data, overrides)
+    if checkpoint_dir is not None and (Path(checkpoint_dir).exists() or Path(checkpoint_dir).is_symlink()):
+        check_private(checkpoint_dir, f"checkpoint_dir {checkpoint_dir}")   # before any model trains
     vocab = CharVocab(text)
     train_ids, val_ids = split_text(vocab.encode(text), 0.1)
     cfg.update(train_chars=len(train_ids), val_chars=len(val_ids), vocab_size=len(vocab))

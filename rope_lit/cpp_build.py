@@ -8,11 +8,13 @@ Docs: https://rope-lit.github.io/rope_lit/cpp_build.html.md"""
 __all__ = ['cpp_parts', 'extension_name', 'native_possible', 'native_cache_dir', 'native_extension']
 
 # %% ../nbs/04c_cpp_build.ipynb #cpp02
-import atexit, fcntl, hashlib, importlib.util, inspect, os, platform, shutil, stat, sys
+import atexit, hashlib, importlib.util, inspect, os, platform, shutil, stat, sys
 import tempfile, threading, time, warnings
 from pathlib import Path
 import torch
 from .cli_args import atomic_write
+try: import fcntl   # POSIX only: the C++ kernels are built on Linux alone, and rope_lit imports everywhere
+except ImportError: fcntl = None
 
 # %% ../nbs/04c_cpp_build.ipynb #cpp05
 def cpp_parts(text:str)->dict:
@@ -72,7 +74,7 @@ def extension_name(
 
 # %% ../nbs/04c_cpp_build.ipynb #8c1070af
 def _probe_native()->bool:
-    if os.environ.get('ROPE_LIT_NATIVE', '1') == '0' or not sys.platform.startswith('linux'):
+    if os.environ.get('ROPE_LIT_NATIVE', '1') == '0' or not sys.platform.startswith('linux') or fcntl is None:
         return False
     cxx = os.environ.get('CXX')
     return any(shutil.which(c) for c in ([cxx] if cxx else []) + ['c++', 'g++'])

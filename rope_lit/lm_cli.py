@@ -9,7 +9,7 @@ __all__ = ['SIZES', 'SCHEMES', 'VARIANT_NAMES', 'main']
 
 # %% ../nbs/14a_lm_cli.ipynb #3e1ffc98
 import argparse, sys
-from .cli_args import Parser, number, number_list, refuse_overwrite
+from .cli_args import Parser, number, number_list, refuse_overwrite, require
 
 # the names of `SETTINGS`, `POSITIONS` and `VARIANTS`, here so that `--help` needs no torch
 # (a test keeps them equal)
@@ -167,6 +167,7 @@ def main(argv=None):
         try: print(download_tiny_shakespeare())
         except (OSError, ValueError) as e: ap.exit(1, f"{ap.prog}: error: {e}\n")
         return None if from_cli else 0
+    require(ap, 'matplotlib')   # the plot at the end: checked before any training
     d, h = args.d_model, args.n_heads
     if d is not None and h is not None and d % (2 * h):
         ap.error(

@@ -10,7 +10,7 @@ __all__ = ['PRESET_NAMES', 'POSITION_NAMES', 'SPLITS', 'build_parser', 'run_comm
 # %% ../../nbs/12a_mt_cli.ipynb #302560ca
 import argparse, json, os, re, signal, sys
 from pathlib import Path
-from ..cli_args import Parser, number, atomic_write
+from ..cli_args import Parser, number, atomic_write, require
 # torch and the model are imported in `run_command` only, so that --help and argument errors return at once;
 # these copies of `PRESETS`, `POSITIONS` and `MULTI30K_SPLITS` are checked against the originals in the tests
 PRESET_NAMES = ('tiny', 'cpu', 'base')
@@ -210,6 +210,7 @@ def main(argv: list[str] | None = None):
             "--resume and --overwrite exclude each other: --resume continues the run, --overwrite"
             " deletes it"
         )
+    require(p, 'tokenizers', 'sacrebleu')   # every subcommand imports rope_lit.translation
     err = lambda msg, code=1: (print(f"rope-lit-translate: {msg}", file=sys.stderr), sys.exit(code))
     try:
         out = run_command(args)

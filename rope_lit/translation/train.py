@@ -12,7 +12,7 @@ from pathlib import Path
 import torch, torch.nn.functional as F
 import torch.distributed as dist
 from torch import Tensor
-from ..cli_args import atomic_write, load_checkpoint
+from ..cli_args import atomic_write, load_checkpoint, check_private
 try:
     from tokenizers import Tokenizer
     from sacrebleu.metrics import BLEU, CHRF
@@ -33,7 +33,7 @@ __all__ = ['PRESETS', 'RUN_FILE_MODE', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', '
            'may_stop_early', 'keep_epoch_weights', 'drop_stale_epoch_weights', 'average_checkpoints', 'translate',
            'score', 'train_step', 'tune_cpu_malloc', 'check_device', 'read_checkpoint', 'read_tokenizer', 'read_config',
            'hardware', 'eval_loss', 'first_detail', 'load_model', 'example_attention', 'evaluate', 'run_files',
-           'RunDirInUse', 'check_run_dir', 'NonFiniteLoss', 'TrainingInterrupted', 'train']
+           'RunDirInUse', 'check_run_dir', 'check_settings', 'NonFiniteLoss', 'TrainingInterrupted', 'train']
 
 # %% ../../nbs/12_mt_train.ipynb #eea537c6
 @dataclass
@@ -509,18 +509,19 @@ def check_run_dir(
     ck = d/'checkpoints'
     paths = [d] + ([d/n for n in run_files(d)] if files else [])
     if files and ck.is_dir() and not ck.is_symlink(): paths += sorted(ck.iterdir())
-    for p in paths:
-        st = os.lstat(p)
-        if stat.S_ISLNK(st.st_mode):
-            raise ValueError(f"run_dir {d}: {p.name} is a symbolic link, which could make a run read or write a file "
-                             "elsewhere: replace the link with the file itself")
-        if st.st_uid not in (0, os.geteuid()):
-            raise ValueError(f"run_dir {d}: {p} belongs to another user, who could change it: copy the run into a "
-                             "folder of your own")
-        # group-writable only where the group is the user's own primary group (a umask of 002 gives that)
-        if st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != os.getegid()):
-            raise ValueError(f"run_dir {d}: other users may write {p} (mode {st.st_mode & 0o7777:o}), and a run loads "
-                             f"nothing that others can change: chmod go-w {p}")
+    for p in paths: check_private(p, f"run_dir {d}: {p.name}")
+
+# %% ../../nbs/12_mt_train.ipynb #chkset1
+def check_settings(
+    cfg:TranslationConfig,  # the run's settings
+    tok,                    # its tokenizer
+    pairs:list,             # a few (source, target) training pairs
+):
+    "Raise the error a run with `cfg` would meet encoding its data or building its model, before it writes anything"
+    encode_pairs(tok, pairs, cfg.max_len)
+    with torch.device('meta'):                   # shapes only: no memory, no time
+        Seq2SeqTransformer(tok.get_vocab_size(), cfg.N, cfg.d_model, cfg.d_ff, cfg.h, cfg.dropout, cfg.position,
+                           cfg.max_len)
 
 # %% ../../nbs/12_mt_train.ipynb #1eb6488a
 class NonFiniteLoss(ValueError):
@@ -580,6 +581,9 @@ def train(
         dist.init_process_group('nccl' if device.type == 'cuda' else 'gloo')
     main = rank == 0
     splits = load_splits(cfg)   # first: a run whose data is missing leaves no folder behind
+    if main and not resume:     # then every setting, before any file is deleted or written
+        new_tok = train_tokenizer([x for p in splits['train'] for x in p], cfg.vocab_size)
+        check_settings(cfg, new_tok, splits['train'][:1])
     if overwrite and not resume and main:   # only once the new run can start: its data loaded, its device set;
         for name in run_files(run_dir):     # another run's tokenizer or metrics must not leak into this one
             p = run_dir/name
@@ -588,8 +592,7 @@ def train(
         run_dir.mkdir(mode=0o755, parents=True, exist_ok=True)            # not writable by others, whatever
         (run_dir/'checkpoints').mkdir(mode=0o755, exist_ok=True)          # the umask: `check_run_dir` reads it
         atomic_write(run_dir/'config.json', json.dumps(asdict(cfg), indent=1), mode=RUN_FILE_MODE)
-    if main and not resume and not (run_dir/'tokenizer.json').exists():
-        new_tok = train_tokenizer([x for p in splits['train'] for x in p], cfg.vocab_size)
+    if main and not resume:
         atomic_write(run_dir/'tokenizer.json', write=lambda tmp: new_tok.save(str(tmp)), mode=RUN_FILE_MODE)   # whole or absent
     if world > 1: dist.barrier()
     tok = read_tokenizer(run_dir/'tokenizer.json')
@@ -616,6 +619,10 @@ def train(
         try:   # a checkpoint of another run, or damaged: one line, and nothing in the run folder changed
             model.load_state_dict(ck['model']); load_optimizer_state(opt, ck['optimizer']); sched.load_state_dict(ck['scheduler'])
             st = {k: ck['state'][k] for k in ('epoch', 'batch', 'step', 'tokens', 'train_seconds')}
+            for k, v in st.items():   # counters, read before anything in the run folder changes
+                if isinstance(v, bool) or not isinstance(v, (int, float) if k == 'train_seconds' else int) \
+                        or not 0 <= v < math.inf:
+                    raise ValueError(f"its state's {k} is {v!r}, not a number >= 0")
             set_rng_state(ck['rng'][rank] if isinstance(ck['rng'], list) else ck['rng'])
         except (KeyError, IndexError, TypeError, ValueError, RuntimeError, AttributeError) as e:
             raise ValueError(f"checkpoint {ck_path} cannot be resumed by this run ({first_detail(e)}): restore it from a copy, "
