@@ -49,8 +49,8 @@ def make_apply_rotary_pos_emb(
         if cos.ndim != 3 or unsqueeze_dim not in (1, 2):
             raise ValueError(f"rope_lit.hf: {owner} passed cos {tuple(cos.shape)} with "
                              f"unsqueeze_dim={unsqueeze_dim}; expected (batch, seq, r), 1 or 2")
-        if not checked and not torch.compiler.is_compiling():   # eager only: no data-dependent
-            _check_twice(cos, sin, interleaved, owner)              # branch in a compiled graph
+        if not checked and not torch.compiler.is_compiling() and cos.device.type != 'meta':
+            _check_twice(cos, sin, interleaved, owner)   # eager, on data: no data-dependent branch in a graph
             checked.append(True)
         if unsqueeze_dim == 2: q, k = q.transpose(1, 2), k.transpose(1, 2)  # (batch, heads, seq, d)
         rotate = select_backend(backend, q.device.type)
@@ -118,8 +118,12 @@ def pairing_of(
     sig = inspect.signature(fn)
     form = FORMS.get(tuple(sig.parameters))
     if form is None:
+        from importlib import metadata
+        try: version = metadata.version('transformers')
+        except metadata.PackageNotFoundError: version = None
+        note = f" (transformers {version} is installed; rope_lit.hf is tested with 5.0 and later)" if version else ""
         raise TypeError(f"rope_lit.hf.patch: {owner} calls apply_rotary_pos_emb{sig}, "
-                        "a signature rope_lit.hf does not replace")
+                        f"a signature rope_lit.hf does not replace{note}")
     interleaved = probe_pairing(fn, form)
     if interleaved is None:
         raise ValueError(f"rope_lit.hf.patch: {owner}'s apply_rotary_pos_emb is neither a "

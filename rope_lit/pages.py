@@ -9,8 +9,11 @@ __all__ = ['defined_names', 'drop_signature', 'show_source_once', 'unlink_privat
 
 # %% ../nbs/pages.ipynb #9a1ac967
 import ast, re
-from nbdev.process import Processor
-from nbdev.showdoc import showdoc_nm
+try:                                # the docs site's build hooks: nbdev comes with the dev extra
+    from nbdev.process import Processor
+    from nbdev.showdoc import showdoc_nm
+except ImportError:
+    raise ImportError("rope_lit.pages needs nbdev, part of the dev extra: pip install 'rope_lit[dev]'") from None
 
 # %% ../nbs/pages.ipynb #18693482
 def defined_names(

@@ -74,6 +74,9 @@ def dynamic_ntk_frequencies(
         raise ValueError("scaling='dynamic_ntk' needs original_max_seq_len "
                          "(the training context L_0)")
     s, L0 = _scale_and_original(None, factor, original_max_seq_len, 'dynamic_ntk')
+    for arg, v in (('max_seq_len', max_seq_len), ('seq_len', seq_len)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError(f"{arg} must be None or a positive int (a length), got {v!r}")
     length = max_seq_len if seq_len is None else seq_len
     if length is None or length <= L0: return inv_freq.clone()
     return ntk_frequencies(inv_freq, factor=max(1.0, s * length / L0 - (s - 1)))
@@ -86,8 +89,8 @@ def yarn_attention_factor(
     "YaRN's attention factor √(1/t), which multiplies cos and sin (the logits get 1/t)"
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor < math.inf:
         raise ValueError(f"factor must be a positive finite number, got {factor!r}")
-    if isinstance(mscale, bool) or not isinstance(mscale, numbers.Real) or not math.isfinite(mscale):
-        raise ValueError(f"mscale must be a finite number, got {mscale!r}")
+    if isinstance(mscale, bool) or not isinstance(mscale, numbers.Real) or not 0 <= mscale < math.inf:
+        raise ValueError(f"mscale must be a finite number >= 0, got {mscale!r}")
     return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 
 # %% ../nbs/05_scaling.ipynb #fa0c02b8
@@ -125,8 +128,8 @@ def yarn_frequencies(
                                 need_original=True)
     if ramp not in ('index', 'rotations'):
         raise ValueError(f"ramp must be 'index' or 'rotations', got {ramp!r}")
-    if not 0 < beta_slow < beta_fast:
-        raise ValueError(f"need 0 < beta_slow < beta_fast, "
+    if not 0 < beta_slow < beta_fast < math.inf:
+        raise ValueError(f"need 0 < beta_slow < beta_fast, both finite, "
                          f"got beta_slow={beta_slow!r}, beta_fast={beta_fast!r}")
     interpolated = _yarn_ramp(inv_freq, L0, beta_fast, beta_slow, ramp, truncate)  # 1 - γ_i
     return interpolated * inv_freq / s + (1 - interpolated) * inv_freq

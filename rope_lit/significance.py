@@ -64,6 +64,7 @@ def read_run(
     try: config = json.loads((path/'config.json').read_text())
     except (OSError, ValueError): return None
     if not isinstance(config, dict) or not {'position', 'seed'} <= set(config): return None
+    if not isinstance(config['position'], str) or type(config['seed']) is not int: return None
     hypotheses = {}
     for f in sorted(path.glob(f'hyp.*{tag}.en')):
         split, _, decoder = f.name[len('hyp.'):-len(f'{tag}.en')].rpartition('.')
@@ -124,14 +125,25 @@ def splits_with_references(
     splits = sorted({s for rs in runs.values() for r in rs for s in r.hypotheses})
     return {s: find_references(s, data_dir) for s in splits}
 
+# %% ../nbs/16_significance.ipynb #sigchk1
+def _check_pairs(hypotheses:list, references:list):
+    "Raise a one-line ValueError unless there is one hypothesis per reference, and at least one"
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    if not references: raise ValueError("references is empty: a test set has at least one sentence")
+
+def _check_schemes(known, a:str, b:str):
+    "Raise a one-line ValueError unless schemes `a` and `b` are both among `known`"
+    for name, s in (('a', a), ('b', b)):
+        if s not in known: raise ValueError(f"{name}: no runs of scheme {s!r}; the schemes are {sorted(known)}")
+
 # %% ../nbs/16_significance.ipynb #00000018
 def corpus_scores(
     hypotheses:list[str], # one per source sentence
     references:list[str], # one reference per hypothesis
 )->dict:                  # {'BLEU': score, 'chrF': score}, unrounded
     "sacreBLEU corpus BLEU and chrF of `hypotheses`, default settings"
-    if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    _check_pairs(hypotheses, references)
     return {'BLEU': BLEU().corpus_score(hypotheses, [references]).score,
             'chrF': CHRF().corpus_score(hypotheses, [references]).score}
 
@@ -207,8 +219,7 @@ def sentence_statistics(
     references:list[str], # one reference per hypothesis
 )->dict:                  # {'BLEU': (n, 10) int array, 'chrF': (n, 18) int array}
     "Per-sentence BLEU and chrF statistics of a whole test set"
-    if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    _check_pairs(hypotheses, references)
     pairs = list(zip(hypotheses, references))
     table = lambda f: np.array([f(h, r) for h, r in pairs], dtype=np.int64).reshape(len(pairs), -1)
     return {'BLEU': table(bleu_statistics), 'chrF': table(chrf_statistics)}
@@ -220,6 +231,10 @@ def bleu_from_statistics(
 )->np.ndarray:        # (...) corpus BLEU, 0..100
     "sacreBLEU's corpus BLEU (`exp` smoothing) from summed sentence statistics"
     stats = np.asarray(stats, dtype=float)
+    if isinstance(order, bool) or not isinstance(order, int) or order < 1:
+        raise ValueError(f"order must be an int >= 1, got {order!r}")
+    if stats.ndim == 0 or stats.shape[-1] != 2 + 2 * order:
+        raise ValueError(f"stats must end in 2 + 2·order = {2 + 2 * order} BLEU statistics, got shape {stats.shape}")
     c, r, m, t = stats[..., 0], stats[..., 1], stats[..., 2:2 + order], stats[..., 2 + order:2 + 2 * order]
     halvings = np.cumsum((m == 0) & (t > 0), axis=-1)          # `exp` smoothing: k-th empty order gets 1/2^k
     with np.errstate(divide='ignore', invalid='ignore'):
@@ -235,6 +250,10 @@ def chrf_from_statistics(
 )->np.ndarray:        # (...) corpus chrF, 0..100
     "sacreBLEU's corpus chrF (effective-order averaging) from summed sentence statistics"
     stats = np.asarray(stats, dtype=float)
+    if stats.ndim == 0 or stats.shape[-1] == 0 or stats.shape[-1] % 3:
+        raise ValueError(f"stats must end in 3 chrF statistics per character order, got shape {stats.shape}")
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta < math.inf:
+        raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
     h, g, a = stats[..., 0::3], stats[..., 1::3], stats[..., 2::3]
     present = (h > 0) & (g > 0)                                 # orders seen on both sides
     k = present.sum(-1)
@@ -265,6 +284,9 @@ def resample_counts(
     seed:int=0,      # seed of the draw
 )->np.ndarray:       # (rounds, n_sentences) how often each sentence is drawn in each round
     "Bootstrap resamples of the test set, drawn with replacement, as a count per sentence"
+    for name, v in (('n_sentences', n_sentences), ('rounds', rounds)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
     draws = np.random.default_rng(seed).integers(0, n_sentences, (rounds, n_sentences))
     flat = (draws + n_sentences * np.arange(rounds)[:, None]).ravel()
     return np.bincount(flat, minlength=rounds * n_sentences).reshape(rounds, n_sentences)
@@ -311,12 +333,14 @@ def compare_schemes(
     rounds:int=1000, seed:int=0, # bootstrap rounds and seed
 )->pd.DataFrame:               # (decoder, metric) rows: difference, ci_low, ci_high, p, runs
     "The paired bootstrap of scheme `a` against `b` on `split`, for each decoder"
+    _check_schemes(runs, a, b)
     parts = {}
     for d in decoders:
         ra, rb = ([r for r in runs[s] if d in r.hypotheses.get(split, {})] for s in (a, b))
         if not ra or not rb: continue
         stats = [[r.statistics(split, d, references) for r in rs] for rs in (ra, rb)]
         parts[d] = paired_bootstrap(*stats, rounds=rounds, seed=seed).assign(runs=f"{len(ra)} vs {len(rb)}")
+    if not parts: raise ValueError(f"no decoder's hypotheses of both {a!r} and {b!r} on split {split!r}")
     return pd.concat(parts, names=['decoder', 'metric'])
 
 # %% ../nbs/16_significance.ipynb #00000037
@@ -327,6 +351,7 @@ def sacrebleu_paired(
     rounds:int=1000,      # bootstrap resamples
 )->dict:                  # per metric: A's score, B's score, the difference and sacreBLEU's p-value
     "sacreBLEU's paired bootstrap (`PairedTest`, `test_type='bs'`) of `system` against `baseline`"
+    _check_pairs(system, references); _check_pairs(baseline, references)
     test = PairedTest([('B', baseline), ('A', system)], {'BLEU': BLEU(), 'chrF': CHRF()}, [references],
                       test_type='bs', n_samples=rounds)
     _, results = test()
@@ -346,6 +371,7 @@ def seed_pairs(
     rounds:int=1000,           # bootstrap resamples
 )->pd.DataFrame:               # one row per seed both schemes decoded
     "Each seed of `a` against the same seed of `b`: sacreBLEU's paired test and our one-sided p"
+    _check_schemes(runs, a, b)
     rows, of_b = [], {r.seed: r for r in runs[b] if decoder in r.hypotheses.get(split, {})}
     for ra in (r for r in runs[a] if r.seed in of_b and decoder in r.hypotheses.get(split, {})):
         rb = of_b[ra.seed]
@@ -354,6 +380,7 @@ def seed_pairs(
         rows.append(dict(seed=ra.seed, **sacrebleu_paired(rb.hypotheses[split][decoder],
                          ra.hypotheses[split][decoder], references, rounds),
                          **{f'p {m} (one-sided)': ours[m] for m in ours.index}))
+    if not rows: raise ValueError(f"no seed of {a!r} and {b!r} both decoded {split!r} with {decoder!r}")
     return pd.DataFrame(rows).set_index('seed')
 
 # %% ../nbs/16_significance.ipynb #0000003b
@@ -362,6 +389,9 @@ def permutation_p(
     b:list[float], # corpus scores of scheme B's runs
 )->float:          # one-sided p: the share of labellings with a difference of means at least the observed one
     "Exact permutation p-value, over runs, that mean(`a`) - mean(`b`) is this large by chance"
+    for name, x in (('a', a), ('b', b)):
+        if len(x) == 0 or not np.isfinite(np.asarray(x, dtype=float)).all():
+            raise ValueError(f"{name} must hold at least one score, all finite, got {list(x)!r}")
     pooled, observed = np.asarray(list(a) + list(b), dtype=float), np.mean(a) - np.mean(b)
     diffs = [pooled[list(i)].mean() - np.delete(pooled, list(i)).mean()
              for i in combinations(range(len(pooled)), len(a))]
@@ -373,6 +403,7 @@ def seed_permutation(
     a:str, b:str,        # the two schemes
 )->pd.DataFrame:         # (decoder, metric) rows: difference of seed means, p, smallest possible p, runs
     "The exact permutation test over seeds of `a` against `b`, per decoder and metric"
+    _check_schemes(set(scores['scheme']) if 'scheme' in scores else set(), a, b)
     rows = {}
     for d in scores.decoder.unique():
         for m in SCORERS:
@@ -406,6 +437,8 @@ def bucket_table(
     schemes=None,              # schemes to show (default: all)
 )->pd.DataFrame:               # one row per bucket: sentences, then each scheme's mean BLEU and sd over seeds
     "Corpus BLEU on each source-length bucket, mean and sample sd over each scheme's runs"
+    if len(sources) != len(references):
+        raise ValueError(f"{len(sources)} sources but {len(references)} references")
     labels, bucket = length_buckets(sources, edges)
     rows = []
     for i, label in enumerate(labels):

@@ -419,7 +419,7 @@ def load_model(
         if not isinstance(weights, dict):
             raise ValueError(f"checkpoint {ck} holds no model weights (a dict of tensors under 'model')")
     try: model.load_state_dict(weights)
-    except (RuntimeError, TypeError, ValueError) as e:   # other sizes, another position scheme, another vocabulary
+    except (RuntimeError, TypeError, ValueError, AttributeError) as e:   # other sizes, scheme, vocabulary; odd keys
         raise ValueError(f"checkpoint {ck} does not match {run_dir/'config.json'} and the tokenizer "
                          f"({first_detail(e)}): the files come from different runs") from None
     model = model.to(check_device(device)).eval()
