@@ -57,9 +57,8 @@ class KVCache:
 
     def reorder(self, indices:Tensor)->KVCache:
         "Keep batch rows `indices` (beam search): row i of the result is row indices[i]; in place"
-        if (not isinstance(indices, Tensor) or indices.ndim != 1 or indices.is_floating_point()
-                or indices.is_complex() or indices.dtype == torch.bool):
-            raise TypeError("indices must be a 1-D integer tensor of batch rows")
+        if not isinstance(indices, Tensor) or indices.ndim != 1 or indices.dtype not in (torch.int32, torch.int64):
+            raise TypeError("indices must be a 1-D int32 or int64 tensor of batch rows")
         rows = next((t.shape[0] for t in (self._k, *(self.memory or ())) if t is not None), None)
         if rows is not None and len(indices) and not (0 <= int(indices.min()) and int(indices.max()) < rows):
             raise IndexError(f"indices must be batch rows of the cache, in [0, {rows}): got "
@@ -140,7 +139,7 @@ class RotaryMultiHeadAttention(nn.Module):
         interleaved:bool=False,   # pairing: (2i, 2i+1) instead of (i, i + rotary_dim/2)
         scaling:str|None=None,    # frequency variant (`rope_frequencies`)
         scaling_options:dict|None=None, # e.g. dict(factor=8, original_max_seq_len=4096)
-        max_seq_len:int|None=None, # positions to cache up front; tensor positions must then be below it
+        max_seq_len:int|None=None, # positions to cache up front, as `RotaryEmbedding`'s
         backend:str='auto',       # RotaryEmbedding backend
     ):
         super().__init__()
@@ -176,8 +175,8 @@ def _attend(q, k, v, mask, is_causal, dropout_p, need_weights):
     if mask is not None:
         if mask.dtype == torch.bool: scores = scores.masked_fill(~mask, float('-inf'))
         else: scores = scores + mask
-    weights = scores.softmax(dim=-1)          # a row with no key to see: zeros, as SDPA gives (not NaN)
-    weights = weights.masked_fill((scores == float('-inf')).all(-1, keepdim=True), 0.0)
+    blind = (scores == float('-inf')).all(-1, keepdim=True)   # a row with no key to see: zero weights,
+    weights = scores.masked_fill(blind, 0.0).softmax(dim=-1).masked_fill(blind, 0.0)  # as SDPA (no NaN, nor in grads)
     out = (F.dropout(weights, dropout_p) if dropout_p else weights) @ v.to(work)
     return out.to(q.dtype), weights.to(q.dtype)
 

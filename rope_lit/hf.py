@@ -120,8 +120,9 @@ def pairing_of(
     if form is None:
         from importlib import metadata
         try: version = metadata.version('transformers')
-        except metadata.PackageNotFoundError: version = None
-        note = f" (transformers {version} is installed; rope_lit.hf is tested with 5.0 and later)" if version else ""
+        except metadata.PackageNotFoundError: version = '5'
+        old = int(version.split('.')[0]) < 5 if version.split('.')[0].isdigit() else False
+        note = f" (transformers {version} is installed; rope_lit.hf is tested with 5.0 and later)" if old else ""
         raise TypeError(f"rope_lit.hf.patch: {owner} calls apply_rotary_pos_emb{sig}, "
                         f"a signature rope_lit.hf does not replace{note}")
     interleaved = probe_pairing(fn, form)

@@ -502,9 +502,9 @@ def reorder(self:IncrementalDecoder,
     memory:bool=False,  # also move the cross-attention keys/values (rows from different sources)
 ):
     "Make row i continue the history of row `rows[i]` (beam search)"
-    ok = isinstance(rows, Tensor) and not rows.is_floating_point() and rows.dtype != torch.bool
+    ok = isinstance(rows, Tensor) and rows.dtype in (torch.int32, torch.int64)   # torch reads uint8 as a mask
     if not ok or tuple(rows.shape) != (self.rows,):
-        raise ValueError(f"rows must be a (rows,) = ({self.rows},) integer tensor of row indices")
+        raise ValueError(f"rows must be a (rows,) = ({self.rows},) int32 or int64 tensor of row indices")
     lo, hi = (int(v) for v in torch.aminmax(rows))
     if not 0 <= lo <= hi < self.rows:              # no wrapping round from the end, as KVCache.reorder
         raise IndexError(f"rows must be row indices in [0, {self.rows}), got {lo if lo < 0 else hi}")

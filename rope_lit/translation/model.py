@@ -143,17 +143,20 @@ def _embed(self:Seq2SeqTransformer, ids:Tensor, positions:Tensor|None)->Tensor:
     return self.drop(x)
 
 # %% ../../nbs/11_mt_model.ipynb #argchk1
-def _is_ids(t)->bool:
-    "Whether `t` is an integer tensor (token ids or positions)"
-    return isinstance(t, Tensor) and not (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool)
+import numbers
 
-def _check_max_len(model:Seq2SeqTransformer, max_len):
+def _is_ids(t)->bool:
+    "Whether `t` is an int32 or int64 tensor (token ids or positions; torch reads uint8 and bool as masks)"
+    return isinstance(t, Tensor) and t.dtype in (torch.int32, torch.int64)
+
+def _check_max_len(model:Seq2SeqTransformer, max_len)->int:
     "Raise, naming `max_len`, unless the decoders can emit `max_len` tokens (`<s>` included) with this model"
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+    if isinstance(max_len, bool) or not isinstance(max_len, numbers.Integral) or max_len < 1:
         raise ValueError(f"max_len must be an int >= 1 (`<s>` included), got {max_len!r}")
     if max_len - 1 > model.max_len:
         raise PositionError(f"max_len={max_len} needs target positions up to {max_len - 2}, "
                             f"beyond the model's max_len={model.max_len}")
+    return int(max_len)   # a Python int from here on (numpy's too)
 
 # %% ../../nbs/11_mt_model.ipynb #1dfb43c7
 @patch
@@ -164,7 +167,7 @@ def encode(self:Seq2SeqTransformer,
     "Encode `src`: the memory the decoder attends to and the mask of its real (non-padding) tokens"
     if not _is_ids(src) or src.ndim != 2:
         got = f"{src.dtype} {tuple(src.shape)}" if isinstance(src, Tensor) else type(src).__name__
-        raise TypeError(f"src must be a (batch, src_len) integer tensor of token ids, got {got}")
+        raise TypeError(f"src must be a (batch, src_len) int64 (or int32) tensor of token ids, got {got}")
     if src.shape[1] > self.max_len:
         raise PositionError(f"src has {src.shape[1]} tokens, more than max_len={self.max_len}")
     mask = (src != PAD)[:, None, None, :]
@@ -184,10 +187,10 @@ def decode(self:Seq2SeqTransformer,
 )->Tensor:                   # logits (batch, tgt_len, vocab)
     "Logits for target ids `tgt` starting at position `start`"
     b, t = tgt.shape
-    if isinstance(start, bool) or not (isinstance(start, int) or (
-            _is_ids(start) and tuple(start.shape) in ((b, 1), (b,)))):
+    if isinstance(start, numbers.Integral) and not isinstance(start, bool): start = int(start)  # numpy ints too
+    elif not (_is_ids(start) and tuple(start.shape) in ((), (b,), (b, 1))):
         got = f"{start.dtype} {tuple(start.shape)}" if isinstance(start, Tensor) else repr(start)
-        raise TypeError(f"start must be an int or an integer (batch, 1) = ({b}, 1) tensor, got {got}")
+        raise TypeError(f"start must be an int or an int64 (batch, 1) = ({b}, 1) tensor, got {got}")
     if isinstance(start, int): first, last = start, start + t - 1
     else: lo, hi = torch.aminmax(start); first, last = int(lo), int(hi) + t - 1
     if first < 0: raise PositionError(f"start must be >= 0 (a position), got {first}")
@@ -256,12 +259,12 @@ def start_decoding(self:Seq2SeqTransformer,
 def greedy_decode(
     model:Seq2SeqTransformer, # a trained model (put in eval mode by the caller)
     src:Tensor,               # (batch, src_len) source ids
-    max_len:int=72,           # longest output, `<s>` included
+    max_len:int=72,           # longest output, `<s>` included (at most the model's max_len + 1)
     use_cache:bool=True,      # False: re-run the decoder on the whole prefix each step
     min_len:int=0,            # forbid `</s>` before this many tokens (for timing fixed lengths)
 )->Tensor:                    # (batch, out_len) ids starting with `<s>`, padded after `</s>`
     "Batched greedy decoding, with or without the key/value cache"
-    _check_max_len(model, max_len)
+    max_len = _check_max_len(model, max_len)
     memory, mask = model.encode(src)
     dec = model.start_decoding(memory, mask, max_len) if use_cache else None
     ys = torch.full((src.shape[0], max_len), PAD, dtype=torch.long, device=src.device)
@@ -285,13 +288,13 @@ def beam_search(
     src:Tensor,               # (batch, src_len) source ids
     beam_size:int=4,          # hypotheses kept per sentence
     length_penalty:float=0.6, # GNMT α; 0 ranks by total log-probability
-    max_len:int=72,           # longest output, `<s>` included
+    max_len:int=72,           # longest output, `<s>` included (at most the model's max_len + 1)
     use_cache:bool=True,      # False: re-run the decoder on the whole prefix each step
 )->Tensor:                    # (batch, out_len) best hypothesis per sentence, starting with `<s>`
     "Batched beam search with the key/value cache"
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")
-    _check_max_len(model, max_len)
+    max_len = _check_max_len(model, max_len)
     b, k, dev = src.shape[0], beam_size, src.device
     memory, mask = model.encode(src)
     memory, mask = memory.repeat_interleave(k, 0), mask.repeat_interleave(k, 0)

@@ -581,9 +581,17 @@ def train(
         dist.init_process_group('nccl' if device.type == 'cuda' else 'gloo')
     main = rank == 0
     splits = load_splits(cfg)   # first: a run whose data is missing leaves no folder behind
+    refused = None
     if main and not resume:     # then every setting, before any file is deleted or written
-        new_tok = train_tokenizer([x for p in splits['train'] for x in p], cfg.vocab_size)
-        check_settings(cfg, new_tok, splits['train'][:1])
+        try:
+            new_tok = train_tokenizer([x for p in splits['train'] for x in p], cfg.vocab_size)
+            check_settings(cfg, new_tok, splits['train'][:1])
+        except ValueError as e: refused = e
+    if world > 1:               # every process stops on a refused setting, not only the first
+        flag = torch.tensor([float(refused is not None)], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if flag.item() and refused is None: raise ValueError("the first process refused the settings (its error says why)")
+    if refused is not None: raise refused
     if overwrite and not resume and main:   # only once the new run can start: its data loaded, its device set;
         for name in run_files(run_dir):     # another run's tokenizer or metrics must not leak into this one
             p = run_dir/name
