@@ -187,7 +187,7 @@ def decode(self:Seq2SeqTransformer,
 )->Tensor:                   # logits (batch, tgt_len, vocab)
     "Logits for target ids `tgt` starting at position `start`"
     b, t = tgt.shape
-    if isinstance(start, numbers.Integral) and not isinstance(start, bool): start = int(start)  # numpy ints too
+    if isinstance(start, numbers.Integral) and not isinstance(start, bool): start = int(start)  # numpy's too
     elif not (_is_ids(start) and tuple(start.shape) in ((), (b,), (b, 1))):
         got = f"{start.dtype} {tuple(start.shape)}" if isinstance(start, Tensor) else repr(start)
         raise TypeError(f"start must be an int or an int64 (batch, 1) = ({b}, 1) tensor, got {got}")
