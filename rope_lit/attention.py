@@ -198,7 +198,8 @@ def _check_mask(mask, shape):
     if not isinstance(mask, Tensor) or not (mask.dtype == torch.bool or mask.is_floating_point()):
         raise TypeError("attn_mask must be a boolean tensor (True = may attend) or a floating tensor added to the scores")
     m = tuple(mask.shape)   # broadcasts to `shape` unchanged: each trailing size 1 or the same
-    ok = len(m) <= len(shape) and all(a in (1, b) for a, b in zip(m[::-1], shape[::-1]))
+    # `a == 1 or a == b`, not `a in (1, b)`: compiled, b may be symbolic (a cache's length), and `in` then fails
+    ok = len(m) <= len(shape) and all(a == 1 or a == b for a, b in zip(m[::-1], shape[::-1]))
     if not ok: raise ValueError(f"attn_mask of shape {tuple(mask.shape)} must broadcast to (batch, heads, q_len, kv_len) = {shape}")
 
 # %% ../nbs/03_attention.ipynb #f9d8c9d7

@@ -20,10 +20,10 @@ from .cli_args import atomic_write, load_checkpoint, check_private
 
 # %% auto #0
 __all__ = ['REPO_ROOT', 'TINY_SHAKESPEARE_URL', 'TINY_SHAKESPEARE_SHA256', 'TINY_SHAKESPEARE', 'POSITIONS', 'VARIANTS',
-           'SETTINGS', 'tiny_shakespeare_download_path', 'tiny_shakespeare_path', 'download_tiny_shakespeare',
-           'load_text', 'generated_text', 'CharVocab', 'split_text', 'sinusoidal_positions', 'Block', 'CharLM',
-           'set_rotary_frequencies', 'variant_frequencies', 'train_lm', 'eval_loss', 'run_experiment', 'seed_stats',
-           'results_table', 'plot_results', 'provenance', 'save_results']
+           'SETTINGS', 'LOG_KEYS', 'tiny_shakespeare_download_path', 'tiny_shakespeare_path',
+           'download_tiny_shakespeare', 'load_text', 'generated_text', 'CharVocab', 'split_text',
+           'sinusoidal_positions', 'Block', 'CharLM', 'set_rotary_frequencies', 'variant_frequencies', 'train_lm',
+           'eval_loss', 'run_experiment', 'seed_stats', 'results_table', 'plot_results', 'provenance', 'save_results']
 
 # %% ../nbs/14_char_lm.ipynb #8e6ee676
 REPO_ROOT = Path(rope_lit.__file__).resolve().parent.parent
@@ -321,6 +321,8 @@ def _model_config(cfg, vocab_size, position):
                 n_heads=cfg['n_heads'], embed_scale=True, **({'hexu_max_len': cfg['hexu_max_len']} if position == 'hexu' else {}))
 
 # %% ../nbs/14_char_lm.ipynb #f0a41855
+LOG_KEYS = {'train_seconds', 'final_train_loss', 'parameters'}   # a saved model's training log
+
 def _trained_model(cfg, position, seed, vocab_size, train_ids, checkpoint_dir, progress):
     "Train (or load from `checkpoint_dir` when an identical run was saved) one model; return it and its log"
     model_cfg = _model_config(cfg, vocab_size, position)
@@ -329,10 +331,15 @@ def _trained_model(cfg, position, seed, vocab_size, train_ids, checkpoint_dir, p
     path = None if checkpoint_dir is None else Path(checkpoint_dir)/f"{position}_seed{seed}.pt"
     if path is not None and (path.exists() or path.is_symlink()):
         what = f"char LM checkpoint {path}"
+        check_private(path.parent, f"checkpoint_dir {path.parent}")   # again: it may have been swapped since
         check_private(path, what)                     # nothing others could have replaced is loaded
         saved = load_checkpoint(path, 'char LM checkpoint')
-        if not (isinstance(saved, dict) and {'model_cfg', 'train_cfg', 'state', 'log'} <= saved.keys()):
+        if not (isinstance(saved, dict) and {'model_cfg', 'train_cfg', 'state', 'log'} <= saved.keys()
+                and isinstance(saved['log'], dict) and set(saved['log']) == LOG_KEYS):
             raise ValueError(f"{what} is not one rope-lit-lm saved (no model_cfg, train_cfg, state and log)")
+        weights = saved['state'].values() if isinstance(saved['state'], dict) else ()
+        if not all(isinstance(w, torch.Tensor) and w.is_floating_point() and w.isfinite().all() for w in weights):
+            raise ValueError(f"{what} holds weights that are not finite floats: delete it to train again")
         if saved['model_cfg'] == model_cfg and saved['train_cfg'] == train_cfg and saved.get('data') == data_key:
             model = CharLM(**model_cfg)
             try: model.load_state_dict(saved['state'])
@@ -383,9 +390,15 @@ def run_experiment(
     cfg, text = _experiment_config(size, schemes, variants, data, overrides)
     if checkpoint_dir is not None and (Path(checkpoint_dir).exists() or Path(checkpoint_dir).is_symlink()):
         check_private(checkpoint_dir, f"checkpoint_dir {checkpoint_dir}")   # before any model trains
+        if not Path(checkpoint_dir).is_dir():
+            raise ValueError(f"checkpoint_dir {checkpoint_dir} is a file, not a folder")
     vocab = CharVocab(text)
     train_ids, val_ids = split_text(vocab.encode(text), 0.1)
     cfg.update(train_chars=len(train_ids), val_chars=len(val_ids), vocab_size=len(vocab))
+    usable = min(cfg['eval_tokens'], len(val_ids) - 1)   # checked before training, not after it
+    if max(cfg['contexts']) > usable:
+        raise ValueError(f"contexts up to {max(cfg['contexts'])} need that many validation characters within "
+                         f"eval_tokens, got {usable}")
     rows, train_log = [], []
     for seed in seeds:
         for scheme in schemes:

@@ -127,8 +127,10 @@ def refuse_overwrite(
     overwrite:bool,             # `--overwrite` was given
 ):
     "Stop with a usage error if folder `out` holds any of `names` and `overwrite` is not set"
-    if Path(out).exists() and not Path(out).is_dir():
-        ap.error(f"argument --out: {out} is a file; --out names a folder for the results")
+    for p in (Path(out), *Path(out).parents):   # the folder, or the nearest of its parents that exists
+        if p.exists():
+            if not p.is_dir(): ap.error(f"argument --out: {p} is a file; --out names a folder for the results")
+            break
     held = [n for n in names if (Path(out) / n).exists()]
     if held and not overwrite:
         ap.error(f"argument --out: {out} already holds {', '.join(held)} of an earlier run; pass "
@@ -187,6 +189,7 @@ def check_private(
 ):
     "Raise a one-line ValueError if `path` is a symbolic link, another user's, or writable by other users"
     if not hasattr(os, 'geteuid'): return           # no POSIX owners (Windows): nothing to compare
+    path = Path(path)                               # 'dir/' and 'dir/.' name 'dir' itself, not what it links to
     st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode):
         raise ValueError(f"{what} is a symbolic link, which could make rope_lit read or write a file elsewhere: "

@@ -55,6 +55,11 @@ def _check_attention_factor(a):
     return float(a)
 
 # %% ../nbs/02_rope.ipynb #6b985f0c
+def _check_flag(name:str, value):
+    "Raise, naming the argument, unless `value` is True or False (a string 'False' would read as True)"
+    if type(value).__name__ not in ('bool', 'bool_'):   # numpy's bool too
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+
 def _check_backend(name):
     "Raise, naming the argument, unless `name` is a backend rope_lit knows (on the first call: whether it can run)"
     if not isinstance(name, str): raise TypeError(f"backend must be a str, got {type(name).__name__}")
@@ -113,6 +118,8 @@ class RotaryEmbedding(nn.Module):
         axial_2d=False,           # 2-D: half the pairs turn with the row, half with the column
     ):
         super().__init__()
+        flags = dict(interleaved=interleaved, mrope_interleaved=mrope_interleaved, axial_2d=axial_2d)
+        for name, flag in flags.items(): _check_flag(name, flag)
         _check_rotary_embedding_args(dim, rotary_dim, max_seq_len, seq_dim, backend, scaling,
                                      scaling_options, attention_factor, axial_2d)
         self.dim, self.rotary_dim = dim, dim if rotary_dim is None else rotary_dim
@@ -192,6 +199,7 @@ RotaryEmbedding.backend = property(_get_backend, _set_backend,
 
 # %% ../nbs/02_rope.ipynb #bf34da4c
 def _set_interleaved(self, value):
+    _check_flag('interleaved', value)
     self.__dict__['_interleaved'] = bool(value)
     self.__dict__['_plans'] = {}                  # the planned kernels were chosen for the old pairing
 

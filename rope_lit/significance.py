@@ -6,7 +6,7 @@ Docs: https://rope-lit.github.io/rope_lit/significance.html.md"""
 
 # %% ../nbs/16_significance.ipynb #00000002
 from __future__ import annotations
-import json, math, re
+import json, math, numbers, re
 from dataclasses import dataclass, field
 from pathlib import Path
 from itertools import combinations
@@ -131,6 +131,8 @@ def _check_pairs(hypotheses:list, references:list):
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
     if not references: raise ValueError("references is empty: a test set has at least one sentence")
+    for name, xs in (('hypotheses', hypotheses), ('references', references)):
+        if not all(isinstance(x, str) for x in xs): raise ValueError(f"{name} must be strings, one per sentence")
 
 def _check_schemes(known, a:str, b:str):
     "Raise a one-line ValueError unless schemes `a` and `b` are both among `known`"
@@ -231,10 +233,11 @@ def bleu_from_statistics(
 )->np.ndarray:        # (...) corpus BLEU, 0..100
     "sacreBLEU's corpus BLEU (`exp` smoothing) from summed sentence statistics"
     stats = np.asarray(stats, dtype=float)
-    if isinstance(order, bool) or not isinstance(order, int) or order < 1:
+    if isinstance(order, bool) or not isinstance(order, numbers.Integral) or order < 1:
         raise ValueError(f"order must be an int >= 1, got {order!r}")
     if stats.ndim == 0 or stats.shape[-1] != 2 + 2 * order:
         raise ValueError(f"stats must end in 2 + 2·order = {2 + 2 * order} BLEU statistics, got shape {stats.shape}")
+    if not (np.isfinite(stats).all() and (stats >= 0).all()): raise ValueError("stats must be counts: finite and >= 0")
     c, r, m, t = stats[..., 0], stats[..., 1], stats[..., 2:2 + order], stats[..., 2 + order:2 + 2 * order]
     halvings = np.cumsum((m == 0) & (t > 0), axis=-1)          # `exp` smoothing: k-th empty order gets 1/2^k
     with np.errstate(divide='ignore', invalid='ignore'):
@@ -252,8 +255,9 @@ def chrf_from_statistics(
     stats = np.asarray(stats, dtype=float)
     if stats.ndim == 0 or stats.shape[-1] == 0 or stats.shape[-1] % 3:
         raise ValueError(f"stats must end in 3 chrF statistics per character order, got shape {stats.shape}")
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta < math.inf:
-        raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
+    if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not 0 < beta <= 1e6:
+        raise ValueError(f"beta must be a number in (0, 1e6], got {beta!r}")   # β² must stay finite
+    if not (np.isfinite(stats).all() and (stats >= 0).all()): raise ValueError("stats must be counts: finite and >= 0")
     h, g, a = stats[..., 0::3], stats[..., 1::3], stats[..., 2::3]
     present = (h > 0) & (g > 0)                                 # orders seen on both sides
     k = present.sum(-1)
@@ -285,7 +289,7 @@ def resample_counts(
 )->np.ndarray:       # (rounds, n_sentences) how often each sentence is drawn in each round
     "Bootstrap resamples of the test set, drawn with replacement, as a count per sentence"
     for name, v in (('n_sentences', n_sentences), ('rounds', rounds)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
             raise ValueError(f"{name} must be an int >= 1, got {v!r}")
     draws = np.random.default_rng(seed).integers(0, n_sentences, (rounds, n_sentences))
     flat = (draws + n_sentences * np.arange(rounds)[:, None]).ravel()
@@ -390,8 +394,13 @@ def permutation_p(
 )->float:          # one-sided p: the share of labellings with a difference of means at least the observed one
     "Exact permutation p-value, over runs, that mean(`a`) - mean(`b`) is this large by chance"
     for name, x in (('a', a), ('b', b)):
-        if len(x) == 0 or not np.isfinite(np.asarray(x, dtype=float)).all():
-            raise ValueError(f"{name} must hold at least one score, all finite, got {list(x)!r}")
+        try: v = np.asarray(x, dtype=float)
+        except (TypeError, ValueError): v = np.array([np.nan])
+        if v.ndim != 1 or len(v) == 0 or not np.isfinite(v).all():
+            raise ValueError(f"{name} must be a list of at least one score, all finite, got {x!r}")
+    if math.comb(len(a) + len(b), len(a)) > 10**6:   # every labelling is enumerated: keep it to a second or so
+        raise ValueError(f"{len(a)} + {len(b)} runs have {math.comb(len(a) + len(b), len(a)):,} labellings, more "
+                         "than the exact test enumerates (10**6): compare fewer runs")
     pooled, observed = np.asarray(list(a) + list(b), dtype=float), np.mean(a) - np.mean(b)
     diffs = [pooled[list(i)].mean() - np.delete(pooled, list(i)).mean()
              for i in combinations(range(len(pooled)), len(a))]

@@ -457,11 +457,10 @@ def step(self:IncrementalDecoder,
 )->Tensor:           # (rows, vocab) float32 logits of the token at position `self.t + 1`
     "Feed one token per row; return the next-token logits"
     t, rows = self.t, self.rows
-    ok = (isinstance(tokens, Tensor) and not tokens.is_floating_point()
-          and tokens.dtype != torch.bool)
+    ok = isinstance(tokens, Tensor) and tokens.dtype in (torch.int32, torch.int64)   # as the PyTorch step needs
     if not ok or tuple(tokens.shape) != (rows,):
         got = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
-        raise ValueError(f"tokens must be a (rows,) = ({rows},) integer tensor, got {got}")
+        raise ValueError(f"tokens must be a (rows,) = ({rows},) int32 or int64 tensor, got {got}")
     if t >= self.max_len - 1:
         raise PositionError(f"all {self.max_len - 1} steps of max_len={self.max_len} are used")
     if self.native:   # the same step in one C++ call (below)

@@ -158,6 +158,12 @@ def _check_max_len(model:Seq2SeqTransformer, max_len)->int:
                             f"beyond the model's max_len={model.max_len}")
     return int(max_len)   # a Python int from here on (numpy's too)
 
+def _check_src(model:Seq2SeqTransformer, src):
+    "Raise, naming `src`, if it holds an id outside the model's vocabulary (the decoders' input, checked once)"
+    if not _is_ids(src) or not src.numel(): return   # `encode` says what is wrong with its type
+    lo, hi = (int(v) for v in torch.aminmax(src)); V = model.embed.num_embeddings
+    if lo < 0 or hi >= V: raise ValueError(f"src holds token id {lo if lo < 0 else hi}, outside the vocabulary [0, {V})")
+
 # %% ../../nbs/11_mt_model.ipynb #1dfb43c7
 @patch
 def encode(self:Seq2SeqTransformer,
@@ -264,7 +270,7 @@ def greedy_decode(
     min_len:int=0,            # forbid `</s>` before this many tokens (for timing fixed lengths)
 )->Tensor:                    # (batch, out_len) ids starting with `<s>`, padded after `</s>`
     "Batched greedy decoding, with or without the key/value cache"
-    max_len = _check_max_len(model, max_len)
+    max_len = _check_max_len(model, max_len); _check_src(model, src)
     memory, mask = model.encode(src)
     dec = model.start_decoding(memory, mask, max_len) if use_cache else None
     ys = torch.full((src.shape[0], max_len), PAD, dtype=torch.long, device=src.device)
@@ -294,7 +300,10 @@ def beam_search(
     "Batched beam search with the key/value cache"
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")
-    max_len = _check_max_len(model, max_len)
+    if isinstance(length_penalty, bool) or not isinstance(length_penalty, numbers.Real) \
+            or not 0 <= length_penalty < math.inf:
+        raise ValueError(f"length_penalty must be a finite number >= 0, got {length_penalty!r}")
+    max_len = _check_max_len(model, max_len); _check_src(model, src)
     b, k, dev = src.shape[0], beam_size, src.device
     memory, mask = model.encode(src)
     memory, mask = memory.repeat_interleave(k, 0), mask.repeat_interleave(k, 0)

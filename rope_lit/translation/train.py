@@ -33,7 +33,8 @@ __all__ = ['PRESETS', 'RUN_FILE_MODE', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', '
            'may_stop_early', 'keep_epoch_weights', 'drop_stale_epoch_weights', 'average_checkpoints', 'translate',
            'score', 'train_step', 'tune_cpu_malloc', 'check_device', 'read_checkpoint', 'read_tokenizer', 'read_config',
            'hardware', 'eval_loss', 'first_detail', 'load_model', 'example_attention', 'evaluate', 'run_files',
-           'RunDirInUse', 'check_run_dir', 'check_settings', 'NonFiniteLoss', 'TrainingInterrupted', 'train']
+           'RunDirInUse', 'check_run_dir', 'check_config', 'check_settings', 'NonFiniteLoss', 'TrainingInterrupted',
+           'train']
 
 # %% ../../nbs/12_mt_train.ipynb #eea537c6
 @dataclass
@@ -338,6 +339,7 @@ def read_config(run_dir:Path)->TranslationConfig:
         want, v = kinds.get(f.type), getattr(cfg, f.name)
         if want and (not isinstance(v, want) or (isinstance(v, bool) and f.type != 'bool')):
             raise ValueError(f"{path}: {f.name} must be {f.type}, got {v!r}: restore the file from a copy")
+    check_config(cfg, str(path))
     return cfg
 
 # %% ../../nbs/12_mt_train.ipynb #5bea5a00
@@ -512,16 +514,48 @@ def check_run_dir(
     for p in paths: check_private(p, f"run_dir {d}: {p.name}")
 
 # %% ../../nbs/12_mt_train.ipynb #chkset1
+_AT_LEAST_1 = ('N', 'd_model', 'd_ff', 'h', 'max_tokens', 'accum_steps', 'epochs', 'warmup', 'beam_size', 'eval_batch',
+               'log_every')
+_AT_LEAST_0 = ('seed', 'checkpoint_every', 'epoch_checkpoints', 'keep_epochs')
+_NONE_OR_AT_LEAST_1 = ('n_train', 'n_eval', 'max_steps', 'threads')
+_LARGEST = dict(vocab_size=1 << 20,   # the BPE trainer allocates for every entry; Multi30k has about 20 000 words
+                max_len=1 << 16,      # position tables of max_len rows; Multi30k's sentences have < 100 tokens
+                seed=(1 << 63) - 1)   # torch's seeds are 64-bit
+
+def check_config(cfg:TranslationConfig, where:str='config'):
+    "Raise a one-line ValueError naming the first setting of `cfg` that no run can use"
+    def bad(name, want): raise ValueError(f"{where}: {name} must be {want}, got {getattr(cfg, name)!r}")
+    whole = lambda v: isinstance(v, int) and not isinstance(v, bool)
+    for name in _AT_LEAST_1 + _AT_LEAST_0 + _NONE_OR_AT_LEAST_1 + ('vocab_size', 'max_len'):
+        v, low = getattr(cfg, name), 0 if name in _AT_LEAST_0 else 1
+        if v is None and name in _NONE_OR_AT_LEAST_1: continue
+        if not whole(v) or not low <= v <= _LARGEST.get(name, v):
+            bad(name, f"an int >= {low}" + (f" and <= {_LARGEST[name]}" if name in _LARGEST else ''))
+    for name, low, high in (('dropout', 0, 1), ('label_smoothing', 0, 1)):
+        if isinstance(getattr(cfg, name), bool) or not isinstance(getattr(cfg, name), (int, float)) \
+                or not low <= getattr(cfg, name) < high:
+            bad(name, f"a number in [{low}, {high})")
+    for name, low in (('lr_factor', 0), ('length_penalty', 0), ('time_budget', 0)):
+        v = getattr(cfg, name)
+        if v is None and name == 'time_budget': continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < low \
+                or (v == 0 and name != 'length_penalty'):
+            bad(name, 'a finite number ' + ('>= 0' if name == 'length_penalty' else '> 0'))
+
 def check_settings(
     cfg:TranslationConfig,  # the run's settings
     tok,                    # its tokenizer
-    pairs:list,             # a few (source, target) training pairs
+    pairs:list,             # its (source, target) training pairs
+    world_size:int=1,       # processes sharing the batches
 ):
-    "Raise the error a run with `cfg` would meet encoding its data or building its model, before it writes anything"
-    encode_pairs(tok, pairs, cfg.max_len)
+    "Raise the error a run with `cfg` would meet encoding its data, building its model or batching, before it writes"
+    check_config(cfg)
+    lengths = [(len(s), len(t)) for s, t in encode_pairs(tok, pairs, cfg.max_len)]
     with torch.device('meta'):                   # shapes only: no memory, no time
         Seq2SeqTransformer(tok.get_vocab_size(), cfg.N, cfg.d_model, cfg.d_ff, cfg.h, cfg.dropout, cfg.position,
                            cfg.max_len)
+    if len(token_batches(lengths, cfg.max_tokens, cfg.seed, 0, world_size=world_size)) < cfg.accum_steps:
+        raise ValueError(f"max_tokens={cfg.max_tokens} × accum_steps={cfg.accum_steps} leaves no full step")
 
 # %% ../../nbs/12_mt_train.ipynb #1eb6488a
 class NonFiniteLoss(ValueError):
@@ -572,6 +606,7 @@ def train(
         if bad: raise ValueError(f"on resume only {RUN_LENGTH_FIELDS} may change, got {sorted(bad)}")
         cfg = dataclasses.replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
     elif not overwrite and (names := run_files(run_dir)): raise RunDirInUse(run_dir, names)
+    check_config(cfg)           # every process, before anything else: a setting no run can use
     if cfg.threads: torch.set_num_threads(cfg.threads)
     device = _device(cfg)
     if device.type == 'cpu': tune_cpu_malloc()
@@ -585,7 +620,7 @@ def train(
     if main and not resume:     # then every setting, before any file is deleted or written
         try:
             new_tok = train_tokenizer([x for p in splits['train'] for x in p], cfg.vocab_size)
-            check_settings(cfg, new_tok, splits['train'][:1])
+            check_settings(cfg, new_tok, splits['train'], world)
         except ValueError as e: refused = e
     if world > 1:               # every process stops on a refused setting, not only the first
         flag = torch.tensor([float(refused is not None)], device=device)
