@@ -6,7 +6,7 @@ Docs: https://rope-lit.github.io/rope_lit/cli_args.html.md"""
 
 # %% auto #0
 __all__ = ['Parser', 'number', 'number_list', 'options_table', 'require', 'atomic_write', 'refuse_overwrite', 'fetch_verified',
-           'load_checkpoint', 'check_private']
+           'load_checkpoint', 'unsafe_parent', 'check_private']
 
 # %% ../nbs/15_cli_args.ipynb #4a75b36f
 import argparse, math, os, secrets, stat
@@ -182,12 +182,29 @@ def load_checkpoint(
     except Exception:
         raise ValueError(f"{what} {path} is truncated or corrupt (torch.load cannot read it)") from None
 
+# %% ../nbs/15_cli_args.ipynb #3ba440df
+def _others_write(st:os.stat_result)->bool:
+    "Can users other than this one write the file or folder of `st`? (Its group: only if not the user's own)"
+    return bool(st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != os.getegid()))
+
+def unsafe_parent(
+    path,   # a file or folder (not itself checked)
+)->Path|None:
+    "The first folder above `path` that another user owns, or may write without the sticky bit; else None"
+    for folder in Path(path).resolve().parents:
+        try: st = os.stat(folder)
+        except OSError: return folder                 # can't tell: not safe
+        if st.st_uid not in (0, os.geteuid()) or (_others_write(st) and not st.st_mode & stat.S_ISVTX):
+            return folder
+    return None
+
+
 # %% ../nbs/15_cli_args.ipynb #privck2
 def check_private(
     path,      # a file or folder about to be read (or written)
     what:str,  # how the error names it, e.g. 'checkpoint_dir runs/lm'
 ):
-    "Raise a one-line ValueError if `path` is a symbolic link, another user's, or writable by other users"
+    "Raise a one-line ValueError if `path` is a symbolic link, another user's, or writable by others (or its folder is)"
     if not hasattr(os, 'geteuid'): return           # no POSIX owners (Windows): nothing to compare
     path = Path(path)                               # 'dir/' and 'dir/.' name 'dir' itself, not what it links to
     st = os.lstat(path)
@@ -196,6 +213,9 @@ def check_private(
                          "replace the link with the file itself")
     if st.st_uid not in (0, os.geteuid()):
         raise ValueError(f"{what} belongs to another user, who could change it: copy it into a folder of your own")
-    if st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != os.getegid()):
+    if _others_write(st):
         raise ValueError(f"{what}: other users may write {path} (mode {st.st_mode & 0o7777:o}), and rope_lit "
                          f"loads nothing that others can change: chmod go-w {path}")
+    if (folder := unsafe_parent(path)) is not None:
+        raise ValueError(f"{what} is inside {folder}, which other users may write (or own) and so could put "
+                         "another file in its place: move it into a folder of your own")

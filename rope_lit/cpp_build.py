@@ -12,7 +12,7 @@ import atexit, hashlib, importlib.util, inspect, os, platform, shutil, stat, sys
 import tempfile, threading, time, warnings
 from pathlib import Path
 import torch
-from .cli_args import atomic_write
+from .cli_args import atomic_write, unsafe_parent
 try: import fcntl   # POSIX only: the C++ kernels are built on Linux alone, and rope_lit imports everywhere
 except ImportError: fcntl = None
 
@@ -96,16 +96,6 @@ def _own(path:Path, group_ok:bool=False)->bool:
     return (not stat.S_ISLNK(st.st_mode) and st.st_uid == os.geteuid()
             and not st.st_mode & (0o002 if group_ok else 0o022))
 
-# %% ../nbs/04c_cpp_build.ipynb #62da1452
-def _safe_parents(path:Path)->bool:
-    "Can no one else rename or replace `path`: every folder above it the user's or root's, and shared only if sticky?"
-    for parent in path.resolve().parents:
-        try: st = os.stat(parent)
-        except OSError: return False
-        if st.st_uid not in (0, os.geteuid()): return False
-        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX: return False
-    return True
-
 # %% ../nbs/04c_cpp_build.ipynb #5f880d77
 _private_fallback = {}
 
@@ -119,7 +109,7 @@ def native_cache_dir()->Path:
     if _own(root, group_ok=True) and not _own(root):   # ours, but group-writable (a umask of 002): close it
         try: os.chmod(root, 0o700)
         except OSError: pass
-    if _own(root) and _safe_parents(root): return root
+    if _own(root) and unsafe_parent(root) is None: return root
     if root not in _private_fallback:   # another user could plant a library there: not ours to load
         _private_fallback[root] = Path(tempfile.mkdtemp(prefix='rope_lit-'))
         atexit.register(shutil.rmtree, _private_fallback[root], ignore_errors=True)   # one process's folder
