@@ -237,6 +237,9 @@ def _check_inputs(self:RotaryMultiHeadAttention, x, memory, is_causal, memory_po
         if not isinstance(memory, Tensor) or memory.ndim != 3 or memory.shape[0] != batch or memory.shape[-1] != self.d_model:
             raise ValueError(f"memory must be a (batch={batch}, src_len, d_model={self.d_model}) tensor, got {tuple(memory.shape) if isinstance(memory, Tensor) else type(memory).__name__}")
         if is_causal: raise ValueError("is_causal is for self-attention; cross-attention takes attn_mask (e.g. source padding)")
+        if cache is not None and cache._k is not None:   # its keys would be mixed with the memory's
+            raise ValueError("this cache holds self-attention keys: "
+                             "cross-attention (memory=) needs a KVCache of its own")
 
 # %% ../nbs/03_attention.ipynb #4e779dbf
 @patch

@@ -14,6 +14,7 @@ import argparse, csv, datetime, json, math, os, platform, statistics, sys, time
 from pathlib import Path
 import torch
 from .frequencies import rope_frequencies
+from .cli_args import check_private
 from .kernels import select_backend, rotary_append_native, rotary_qk_native
 from .rope import rotary_qk as rotary_qk_eager, rotary_cos_sin
 
@@ -373,13 +374,20 @@ def write_results(rows:list, notes:dict, meta:dict, out):
 
 # %% ../nbs/04a_benchmark.ipynb #f9ea0fa0
 def read_results(out)->tuple:
-    "(rows, meta) from a folder written by `write_results`"
+    "(rows, meta) from a folder written by `write_results`; one-line errors naming the file"
     out = Path(out)
+    for f in (out, out / 'results.csv', out / 'meta.json'): check_private(f, f"benchmark results {out}: {f.name}")
     with open(out / 'results.csv') as fh: rows = list(csv.DictReader(fh))
-    for r in rows:
-        for key in ('median_us', 'p20_us', 'p80_us', 'ratio_to_floor', 'GBps', 'rope_lit_speedup'): r[key] = float(r[key])
-        for key in ('ratio_paired', 'ratio_to_autograd_floor'): r[key] = float(r[key]) if r.get(key) not in (None, '') else None
-    return rows, json.loads((out / 'meta.json').read_text())
+    try:
+        for r in rows:
+            for key in ('median_us', 'p20_us', 'p80_us', 'ratio_to_floor', 'GBps', 'rope_lit_speedup'): r[key] = float(r[key])
+            for key in ('ratio_paired', 'ratio_to_autograd_floor'):
+                r[key] = float(r[key]) if r.get(key) not in (None, '') else None
+        meta = json.loads((out / 'meta.json').read_text())
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{out} does not hold results written by rope-lit-bench ({type(e).__name__}: {e}): "
+                         "run the benchmark again") from None
+    return rows, meta
 
 # %% ../nbs/04a_benchmark.ipynb #182d39c5
 def sweep_tiles(shape, dtype=torch.bfloat16, interleaved=False, configs=None)->list:

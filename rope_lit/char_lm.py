@@ -200,13 +200,14 @@ def set_rotary_frequencies(
     attention_factor:float=1.0,  # multiplies cos/sin (YaRN's √(1/t)); scores get its square
 )->int:                          # the number of rotary modules changed
     "Make every rotary module of `model` use `inv_freq`, tables scaled by `attention_factor`"
-    n = 0
-    for module in model.modules():
-        if isinstance(module, RotaryEmbedding):
-            # new frequencies, then a cache that covers positions 0..length-1
-            module.set_frequencies(inv_freq, attention_factor).cos_sin(length)
-            n += 1
-    return n
+    modules = [m for m in model.modules() if isinstance(m, RotaryEmbedding)]
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:   # checked before any module changes:
+        raise ValueError(f"length must be an int >= 1, got {length!r}")         # the first one's own checks then
+    if len({m.rotary_dim for m in modules}) > 1:                                # hold for all, or none changes
+        raise ValueError("the model's rotary modules differ in rotary_dim: give each its own frequencies")
+    for module in modules:   # new frequencies, then a cache that covers positions 0..length-1
+        module.set_frequencies(inv_freq, attention_factor).cos_sin(length)
+    return len(modules)
 
 # %% ../nbs/14_char_lm.ipynb #78cfa83c
 VARIANTS = {  # name -> (scaling, options(s, L0, L)); applied to the 'rope' model only
@@ -323,7 +324,7 @@ def _model_config(cfg, vocab_size, position):
 # %% ../nbs/14_char_lm.ipynb #f0a41855
 LOG_KEYS = {'train_seconds', 'final_train_loss', 'parameters'}   # a saved model's training log
 
-def _trained_model(cfg, position, seed, vocab_size, train_ids, checkpoint_dir, progress):
+def _trained_model(cfg, position, seed, vocab_size, train_ids, checkpoint_dir, progress, check_only=False):
     "Train (or load from `checkpoint_dir` when an identical run was saved) one model; return it and its log"
     model_cfg = _model_config(cfg, vocab_size, position)
     train_cfg = dict(context=cfg['context'], steps=cfg['steps'], batch_size=cfg['batch_size'], lr=cfg['lr'], seed=seed)
@@ -338,14 +339,18 @@ def _trained_model(cfg, position, seed, vocab_size, train_ids, checkpoint_dir, p
                 and isinstance(saved['log'], dict) and set(saved['log']) == LOG_KEYS):
             raise ValueError(f"{what} is not one rope-lit-lm saved (no model_cfg, train_cfg, state and log)")
         weights = saved['state'].values() if isinstance(saved['state'], dict) else ()
-        if not all(isinstance(w, torch.Tensor) and w.is_floating_point() and w.isfinite().all() for w in weights):
-            raise ValueError(f"{what} holds weights that are not finite floats: delete it to train again")
-        if saved['model_cfg'] == model_cfg and saved['train_cfg'] == train_cfg and saved.get('data') == data_key:
-            model = CharLM(**model_cfg)
-            try: model.load_state_dict(saved['state'])
-            except (RuntimeError, TypeError, AttributeError) as e:
-                raise ValueError(f"{what}: its weights do not fit the model ({str(e).splitlines()[0]})") from None
-            return model.eval(), saved['log']
+        if not all(isinstance(w, torch.Tensor) and w.is_floating_point() and w.layout == torch.strided
+                   and w.isfinite().all() for w in weights):
+            raise ValueError(f"{what} holds weights that are not finite dense floats: delete it to train again")
+        if (saved['model_cfg'], saved['train_cfg'], saved.get('data')) != (model_cfg, train_cfg, data_key):
+            raise ValueError(f"{what} was trained with other settings or text; rope_lit does not replace it: "
+                             "use another checkpoint_dir, or delete the file to train again")
+        model = CharLM(**model_cfg)
+        try: model.load_state_dict(saved['state'])
+        except (RuntimeError, TypeError, AttributeError) as e:
+            raise ValueError(f"{what}: its weights do not fit the model ({str(e).splitlines()[0]})") from None
+        return model.eval(), saved['log']
+    if check_only: return None
     torch.manual_seed(seed)
     model = CharLM(**model_cfg)
     start = time.time()
@@ -367,6 +372,14 @@ def _experiment_config(size, schemes, variants, data, overrides):
     bad = [s for s in schemes if s not in POSITIONS] + [v for v in variants if v not in VARIANTS]
     if bad: raise ValueError(f"unknown scheme/variant {bad}: schemes are {POSITIONS}, variants {tuple(VARIANTS)}")
     cfg = {**SETTINGS[size], **overrides}
+    for name in ('d_model', 'n_layers', 'n_heads', 'context', 'steps', 'batch_size', 'eval_tokens', 'hexu_max_len'):
+        if type(cfg[name]) is not int or not 1 <= cfg[name] <= 1 << 24:   # past 2^24: tables no machine holds
+            raise ValueError(f"{name} must be an int in [1, 2**24], got {cfg[name]!r}")
+    if isinstance(cfg['lr'], bool) or not isinstance(cfg['lr'], (int, float)) or not 0 < cfg['lr'] < math.inf:
+        raise ValueError(f"lr must be a finite number > 0, got {cfg['lr']!r}")
+    cs = cfg['contexts']
+    if not isinstance(cs, (list, tuple)) or not cs or not all(type(c) is int and 1 <= c <= 1 << 24 for c in cs):
+        raise ValueError(f"contexts must be a non-empty list of ints in [1, 2**24], got {cs!r}")
     if data is not None: cfg['data'] = data
     text = generated_text(40000) if cfg['data'] == 'generated' else load_text(cfg['data'])
     return cfg, text
@@ -379,12 +392,15 @@ def run_experiment(
     variants=None,                # variants applied to the 'rope' model at inference; None: all
     seeds=(0,),                   # one model per scheme and seed
     data:str|None=None,           # text file; None: the setting's default
-    checkpoint_dir:str|None=None, # save trained models here and reuse identical ones
+    checkpoint_dir:str|None=None, # save trained models here, reuse identical ones (others: refused)
     progress:bool=False,          # tqdm bars
     **overrides,                  # any key of the setting (steps, contexts, d_model, ...)
 )->dict:                          # config, train log and rows {scheme, variant, context, ppl, ...}
     "Train one character LM per scheme and seed; evaluate every (scheme, variant) at every context"
     variants = tuple(VARIANTS) if variants is None else variants
+    seeds = tuple(seeds)
+    if not seeds or not all(type(s) is int and 0 <= s < 2**63 for s in seeds):   # torch's seeds are 64-bit
+        raise ValueError(f"seeds must be one or more ints in [0, 2**63), got {seeds}")
     if len(set(seeds)) != len(seeds):   # a seed given twice trains the same model twice: no spread
         raise ValueError(f"seeds must differ from each other, got {tuple(seeds)}")
     cfg, text = _experiment_config(size, schemes, variants, data, overrides)
@@ -399,6 +415,10 @@ def run_experiment(
     if max(cfg['contexts']) > usable:
         raise ValueError(f"contexts up to {max(cfg['contexts'])} need that many validation characters within "
                          f"eval_tokens, got {usable}")
+    if checkpoint_dir is not None:   # every saved model checked before any model trains or any file is written
+        for seed in seeds:
+            for scheme in schemes:
+                _trained_model(cfg, scheme, seed, len(vocab), train_ids, checkpoint_dir, False, check_only=True)
     rows, train_log = [], []
     for seed in seeds:
         for scheme in schemes:

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 from .rotation import rotary_qk as rotary_qk_eager, complex_viewable, rotate_complex
 from .rotation import check_table_rows, check_disjoint, check_qk_args, offset_rows, check_append_args
-from .rotation import PositionError
+from .rotation import PositionError, check_position_dtype
 from .compiled import COMPILE_MIN_NUMEL, compile_available, rotary_qk_compiled
 from .triton_rope import tile_config, triton_rotary, rotary_qk_triton, rotary_append_triton
 from .cpp_build import cpp_parts, native_possible, native_extension
@@ -99,8 +99,7 @@ def rotary_qk_native(
         check_qk_args(q, k, cos, sin, positions, inplace)   # raises
     if ext is None or cos.requires_grad or sin.requires_grad:
         return rotary_qk_compiled(q, k, cos, sin, positions, interleaved, inplace, offset)
-    if positions is not None and not isinstance(positions, Tensor):
-        raise TypeError(f"positions must be an integer tensor, got {type(positions).__name__}")
+    if positions is not None: check_position_dtype(positions)   # C++ would read uint8 as rows, the others as a mask
     if inplace: check_disjoint(q, k)          # the C++ check gives up on views that are not dense
     offsets, shift = (offset, 0) if isinstance(offset, Tensor) else (None, _int64(offset))
     try:
@@ -245,6 +244,7 @@ def rotary_append_native(
                                    interleaved, rotate=rotary_qk_native)
     if isinstance(k_cache, Tensor) and isinstance(v_cache, Tensor):   # C++ gives up on strided views
         check_disjoint(k_cache, v_cache, ('k_cache', 'v_cache'))
+    if positions is not None: check_position_dtype(positions)   # int32 or int64, as for every backend
     offsets, shift = (offset, 0) if isinstance(offset, Tensor) else (None, _int64(offset))
     return ext.rotary_append(q, k, v, k_cache, v_cache, cos, sin, positions, offsets, shift,
                              bool(interleaved))

@@ -140,17 +140,17 @@ def _parser():
     )
     ap.add_argument(
         '--hexu-max-len',
-        type=number(int, 1),
+        type=number(int, 1, 1 << 24),   # its cos/sin tables have this many rows
         default=None,
-        help="He & Xu's n_9 for the 'hexu' scheme (default: the longest evaluation context)",
+        help="He & Xu's n_9 for the 'hexu' scheme, at most 2^24 (default: the longest evaluation context)",
     )
     ap.add_argument(
         '--checkpoint-dir',
         default=None,
-        help='save trained models here and reuse them when the settings match',
+        help='save trained models here; reuse one whose settings match, refuse one of other settings',
     )
     ap.add_argument(
-        '--threads', type=number(int, 1), default=1, help='torch CPU threads (default 1)'
+        '--threads', type=number(int, 1, 1 << 16), default=1, help='torch CPU threads (default 1)'
     )
     ap.add_argument('--no-progress', action='store_true', help='hide the progress bars')
     return ap

@@ -12,7 +12,8 @@ from torch import nn, Tensor
 from fastcore.basics import patch
 from .frequencies import rope_frequencies
 from .rotation import (rotate_complex, complex_viewable, apply_rotary, rotary_cos_sin, apply_rotary_,
-                               check_table_rows, rotary_qk, check_disjoint, PositionError)
+                               check_table_rows, rotary_qk, check_disjoint, PositionError,
+                               check_position_dtype)
 # the plain functions are on the rotation page; `rope_lit.rope` offers them too
 _all_ = ['rotate_complex', 'complex_viewable', 'apply_rotary', 'rotary_cos_sin', 'apply_rotary_',
          'check_table_rows', 'rotary_qk', 'check_disjoint', 'PositionError']
@@ -310,10 +311,9 @@ def _dynamic_inv_freq(self:RotaryEmbedding, length, device)->Tensor:
 
 # %% ../nbs/02_rope.ipynb #181dc07a
 def _check_positions(positions, batch:int, seq:int, name='positions'):
-    "Raise unless `positions` is an integer tensor of shape (seq,) or (batch, seq) (values: see `_check_values`)"
+    "Raise unless `positions` is an int32/int64 tensor (seq,) or (batch, seq) (values: see `_check_values`)"
     if not isinstance(positions, Tensor): raise TypeError(f"{name} must be an integer torch.Tensor of shape (seq,) or (batch, seq), got {type(positions).__name__}")
-    if positions.dtype == torch.bool or positions.is_floating_point() or positions.is_complex():
-        raise TypeError(f"{name} must have an integer dtype (positions are held exactly), got {positions.dtype}")
+    check_position_dtype(positions, name)      # uint8 and bool would index the tables as masks
     if tuple(positions.shape) not in ((seq,), (batch, seq)):
         raise ValueError(f"{name} must have shape (seq,) = ({seq},) or (batch, seq) = ({batch}, {seq}) matching the sequence dimension of the input, got {tuple(positions.shape)}")
 
@@ -340,6 +340,14 @@ def _check_offset(offset, batch:int):
         raise PositionError(f"offset {offset} is past 2**53, beyond which float64 angles no longer tell "
                             "neighbouring positions apart")
 
+# %% ../nbs/02_rope.ipynb #8d589cb5
+def _check_size(name:str, value):
+    "Raise a one-line error naming `name` unless `value` is a non-negative int (not a bool); traced: passes"
+    if isinstance(value, torch.SymInt): return                       # a dynamic size under torch.compile
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a non-negative int, got {type(value).__name__} {value!r}")
+    if value < 0: raise ValueError(f"{name} must be a non-negative int, got {value}")
+
 # %% ../nbs/02_rope.ipynb #e5618229
 def _same_device(a, b)->bool:
     "Whether devices `a` and `b` are the same; a device without index ('cuda') means the current one of its type"
@@ -360,6 +368,7 @@ def cos_sin(self:RotaryEmbedding,
     dtype=torch.float32,        # dtype of q and k: float64 gets float64 tables, everything else float32
 )->tuple[Tensor, Tensor]:       # cos, sin: (seq, r/2) or (batch, seq, r/2)
     "cos/sin rows for the given positions, validated"
+    _check_size('seq', seq); _check_size('batch', batch)   # before anything, the table included, changes
     if device is not None and not _same_device(device, self.inv_freq.device):
         raise ValueError(f"q and k are on {device} but RotaryEmbedding is on {self.inv_freq.device}: move it with .to({str(device)!r})")
     device = self.inv_freq.device                        # normalised: 'cuda' given, 'cuda:0' held
@@ -382,7 +391,7 @@ def cos_sin(self:RotaryEmbedding,
     checks = []   # no value checks while compiling, or with validate_positions='off'
     skip = torch.compiler.is_compiling() or self.validate_positions == 'off'
     # negative, or so large that adding the offset could wrap around in int64: one shift, one reduction
-    too_far = lambda t: (t.long() >> 53).any()           # unsigned dtypes too (uint64 past 2**63: negative)
+    too_far = lambda t: (t.long() >> 53).any()           # offset tensors of unsigned dtypes too
     if positions is not None and not skip:
         checks.append((too_far(positions), "positions must be non-negative (and below 2**53)"))
     if isinstance(offset, Tensor) and not skip:
@@ -699,6 +708,7 @@ def stream_cos_sin(self:RotaryEmbedding,
     grid:tuple|None=None,       # 2-D only: (H, W) instead of `positions`; tables cached per grid
 )->tuple[Tensor, Tensor]:       # cos, sin: (seq, r/2) or (batch, seq, r/2)
     "cos/sin rows when frequency pair i turns with its own position stream σ(i) = `pair_streams[i]`"
+    _check_size('seq', seq); _check_size('batch', batch)
     if grid is not None: return self._grid_cos_sin(grid, seq, positions, offset, device, dtype)
     if positions is None and not self.axial_2d:       # every stream 0, 1, …: plain RoPE
         return self.cos_sin(seq, None, offset, batch, device, dtype)

@@ -12,8 +12,8 @@ from torch import Tensor
 
 # %% auto #0
 __all__ = ['rotate_complex', 'complex_viewable', 'apply_rotary', 'rotary_cos_sin', 'apply_rotary_', 'PositionError',
-           'check_table_rows', 'rotary_qk', 'check_writable', 'check_disjoint', 'check_qk_args', 'offset_rows',
-           'check_append_args']
+           'check_position_dtype', 'check_table_rows', 'rotary_qk', 'check_writable', 'check_disjoint', 'check_qk_args',
+           'offset_rows', 'check_append_args']
 
 # %% ../nbs/01a_rotation.ipynb #5d0a4546
 def _check_rotary_inputs(x, cos, sin, name='x'):
@@ -111,6 +111,17 @@ def apply_rotary_(x:Tensor, cos:Tensor, sin:Tensor, interleaved=False)->Tensor:
 class PositionError(IndexError, ValueError):
     "A position, offset or cache slot out of range: an `IndexError` and a `ValueError` both"
 
+# %% ../nbs/01a_rotation.ipynb #3ac68be5
+def check_position_dtype(
+    positions,              # what was passed as positions
+    name:str='positions',   # what to call it in the message
+):
+    "Raise a one-line TypeError unless `positions` is an int32 or int64 tensor (uint8, bool: masks)"
+    if not isinstance(positions, Tensor) or positions.dtype not in (torch.int32, torch.int64):
+        got = positions.dtype if isinstance(positions, Tensor) else type(positions).__name__
+        raise TypeError(f"{name} must be an integer tensor of dtype int32 or int64 "
+                        f"(torch reads uint8 and bool as masks), got {got}")
+
 # %% ../nbs/01a_rotation.ipynb #7b99655f
 def check_table_rows(
     positions:Tensor,       # integer rows into a cos/sin table
@@ -118,10 +129,7 @@ def check_table_rows(
     device=None,            # where the table is: positions on the meta device hold no rows to check
 ):
     "Raise a one-line error unless every position is a row of the table (never wrap around like Python indices)"
-    if not isinstance(positions, Tensor) or positions.is_floating_point() or positions.is_complex() \
-            or positions.dtype == torch.bool:
-        raise TypeError(f"positions must be an integer tensor, got "
-                        f"{getattr(positions, 'dtype', type(positions).__name__)}")
+    check_position_dtype(positions)
     if positions.device.type == 'meta' and device is not None and torch.device(device).type != 'meta':
         raise ValueError("positions is on the meta device, which holds no values: "
                          f"give it on {torch.device(device).type}")
@@ -231,7 +239,7 @@ def check_qk_args(q, k, cos, sin, positions, inplace):
     if not q.is_floating_point(): raise TypeError(f"q must be a floating-point tensor, got {q.dtype}")
     if cos.shape != sin.shape: raise ValueError(f"sin must have the shape of cos {tuple(cos.shape)}, got {tuple(sin.shape)}")
     if 2 * cos.shape[-1] > q.shape[-1]: raise ValueError(f"cos has {cos.shape[-1]} columns: rotary_dim {2*cos.shape[-1]} > head_dim {q.shape[-1]}")
-    if positions is not None and positions.is_floating_point(): raise TypeError(f"positions must be an integer tensor, got {positions.dtype}")
+    if positions is not None: check_position_dtype(positions)
     (B, _, S, _) = q.shape
     if positions is not None and tuple(positions.shape) not in ((S,), (B, S), (1, S)):
         raise ValueError(f"positions must be (seq,) or (batch, seq) = ({S},) or ({B}, {S}), got {list(positions.shape)}")
@@ -245,7 +253,10 @@ def offset_rows(q, cos, sin, positions, offset):
     if isinstance(offset, Tensor) and offset.device.type == 'meta' and q.device.type != 'meta':
         raise ValueError(f"offset is on the meta device, which holds no values: give it on {q.device}")
     if offset is None or isinstance(offset, Tensor): return cos, sin, positions, offset
-    if positions is not None: return cos, sin, (positions + offset if offset else positions), None
+    if positions is not None:
+        if not -2**62 <= offset <= 2**62:   # then int64 positions + offset cannot wrap around into a row
+            raise PositionError(f"offset {offset} is outside every cos/sin table")
+        return cos, sin, (positions.long() + offset if offset else positions), None   # int32: no wrap
     S = q.shape[2]
     if offset < 0 or offset > cos.shape[-2] - S:
         raise PositionError(f"offset {offset}: positions {offset}..{offset + S - 1} are outside the cos/sin table "
@@ -282,8 +293,7 @@ def check_append_args(q, k, v, k_cache, v_cache, cos, sin, positions, offset)->t
         raise ValueError(f"cos has {cos.shape[-1]} columns: rotary_dim {2 * cos.shape[-1]} "
                          f"> head_dim {D}")
     if positions is not None:
-        if not isinstance(positions, Tensor) or positions.is_floating_point():
-            raise TypeError("positions must be an integer tensor")
+        check_position_dtype(positions)
         if tuple(positions.shape) not in ((S,), (1, S), (B, S)):
             raise ValueError(f"positions must be (seq,) or (batch, seq) = ({S},) or ({B}, {S}), "
                              f"got {tuple(positions.shape)}")

@@ -21,6 +21,7 @@ except ImportError as e:
     raise ImportError(f"rope_lit.significance needs {e.name}, part of the experiments extra: "
                       "pip install 'rope_lit[experiments]'") from None
 from .translation.data import multi30k_dir, read_parallel, split_file
+from .cli_args import check_private
 
 # %% auto #0
 __all__ = ['DECODERS', 'BLEU_METRIC', 'CHRF_METRIC', 'SCORERS', 'read_hypotheses', 'Run', 'read_run', 'load_runs', 'runs_table',
@@ -61,6 +62,9 @@ def read_run(
         raise ValueError(f"tag: expected '' or a dotted suffix such as '.avg5', got {tag!r}")
     path = Path(path)
     if tag and not (path/f'results{tag}.json').is_file(): return None   # decoding with it did not finish
+    if not ((path/'config.json').exists() or (path/'config.json').is_symlink()): return None   # not a run
+    files = [path, path/'config.json', *sorted(path.glob(f'hyp.*{tag}.en'))]
+    for f in files: check_private(f, f"run {path}: {f.name}")   # nothing someone else could have planted
     try: config = json.loads((path/'config.json').read_text())
     except (OSError, ValueError): return None
     if not isinstance(config, dict) or not {'position', 'seed'} <= set(config): return None
@@ -78,6 +82,7 @@ def load_runs(
 )->dict[str, list[Run]]: # {scheme: its runs, sorted by seed}
     "The runs found under `folder`, grouped by position scheme; folders that are not runs are skipped"
     if not Path(folder).is_dir(): raise FileNotFoundError(f"no folder of runs at {folder}")
+    check_private(folder, f"folder of runs {folder}")
     runs = [r for p in sorted(Path(folder).iterdir()) if p.is_dir() and (r := read_run(p, tag)) is not None]
     groups = {}
     for r in sorted(runs, key=lambda r: (r.scheme, r.seed, r.name)): groups.setdefault(r.scheme, []).append(r)

@@ -10,7 +10,7 @@ __all__ = ['PRESET_NAMES', 'POSITION_NAMES', 'SPLITS', 'build_parser', 'run_comm
 # %% ../../nbs/12a_mt_cli.ipynb #302560ca
 import argparse, json, os, re, signal, sys
 from pathlib import Path
-from ..cli_args import Parser, number, atomic_write, require
+from ..cli_args import Parser, number, atomic_write, require, check_private
 # torch and the model are imported in `run_command` only, so that --help and argument errors return at once;
 # these copies of `PRESETS`, `POSITIONS` and `MULTI30K_SPLITS` are checked against the originals in the tests
 PRESET_NAMES = ('tiny', 'cpu', 'base')
@@ -170,9 +170,12 @@ def run_command(args: argparse.Namespace) -> dict | list:
     if args.n_eval:
         cfg.n_eval = args.n_eval
     path = Path(args.run_dir) / f'results{tag}.json'
+    if path.exists() or path.is_symlink(): check_private(path, f"run_dir {args.run_dir}: {path.name}")
     try: summary = json.loads(path.read_text()) if path.exists() else None   # read first: not after the decoding
-    except ValueError:
-        raise ValueError(f"{path} is not valid JSON: move it away, or restore it from a copy") from None
+    except ValueError: summary = []
+    if summary is not None and not (isinstance(summary, dict) and isinstance(summary.get('results', {}), dict)):
+        raise ValueError(f"{path} is not a results file (a JSON object of results): move it away, or restore it "
+                         "from a copy")
     renewed = summary is not None and average and summary.get('averaged_epochs') != averaged
     if renewed:  # the mean of other epochs than this file's: its scores are replaced, not added to
         summary = None

@@ -469,6 +469,10 @@ def step(self:IncrementalDecoder,
         self.t += 1
         return logits
     fin = self.final
+    vocab = fin['embed'].shape[0]
+    if rows and not (0 <= int(tokens.min()) and int(tokens.max()) < vocab):   # as the C++ step checks them
+        bad = int(tokens.min()) if int(tokens.min()) < 0 else int(tokens.max())
+        raise IndexError(f"tokens must be ids in [0, {vocab}), got {bad}")
     x = F.embedding(tokens[:, None], fin['embed']) * math.sqrt(self.model.d_model)
     if fin['pe'] is not None: x = x + fin['pe'][t]          # sinusoidal: row t of the table
     d, rows = (self.model.d_model,), None

@@ -10,6 +10,7 @@ import json, math, os, platform, statistics, time
 from pathlib import Path
 import torch
 from .data import PAD, collate
+from ..cli_args import check_private
 
 # %% auto #0
 __all__ = ['KINDS', 'load_run', 'runs_table', 'scheme_table', 'plot_curves', 'attention_grid', 'plot_attention',
@@ -20,10 +21,16 @@ def load_run(path:str|Path)->dict:
     "`results.json`, the metrics lines and (if present) `attention.json` of a run folder"
     path = Path(path)
     if not (path/'results.json').is_file(): raise FileNotFoundError(f"{path} has no results.json")
-    run = json.loads((path/'results.json').read_text())
     metrics, attention = path/'metrics.jsonl', path/'attention.json'
-    run['metrics'] = [json.loads(l) for l in metrics.read_text().splitlines()] if metrics.exists() else []
-    run['attention'] = json.loads(attention.read_text()) if attention.exists() else None
+    for f in (path, path/'results.json', metrics, attention):   # nothing someone else could have planted
+        if f.exists() or f.is_symlink(): check_private(f, f"run {path}: {f.name}")
+    def read(f, lines=False):
+        try: return [json.loads(l) for l in f.read_text().splitlines()] if lines else json.loads(f.read_text())
+        except ValueError: raise ValueError(f"{f} is not valid JSON: restore it from a copy") from None
+    run = read(path/'results.json')
+    if not isinstance(run, dict): raise ValueError(f"{path/'results.json'} is not a run's results (a JSON object)")
+    run['metrics'] = read(metrics, lines=True) if metrics.exists() else []
+    run['attention'] = read(attention) if attention.exists() else None
     run['name'] = path.name
     return run
 

@@ -32,9 +32,9 @@ __all__ = ['PRESETS', 'RUN_FILE_MODE', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', '
            'load_splits', 'atomic_save', 'rng_state', 'set_rng_state', 'epoch_number', 'epoch_weights',
            'may_stop_early', 'keep_epoch_weights', 'drop_stale_epoch_weights', 'average_checkpoints', 'translate',
            'score', 'train_step', 'tune_cpu_malloc', 'check_device', 'read_checkpoint', 'read_tokenizer', 'read_config',
-           'hardware', 'eval_loss', 'first_detail', 'load_model', 'example_attention', 'evaluate', 'run_files',
-           'RunDirInUse', 'check_run_dir', 'check_config', 'check_settings', 'NonFiniteLoss', 'TrainingInterrupted',
-           'train']
+           'hardware', 'eval_loss', 'first_detail', 'check_same_run', 'load_model', 'example_attention', 'evaluate',
+           'run_files', 'RunDirInUse', 'check_run_dir', 'check_config', 'check_settings', 'NonFiniteLoss',
+           'TrainingInterrupted', 'train']
 
 # %% ../../nbs/12_mt_train.ipynb #eea537c6
 @dataclass
@@ -110,7 +110,18 @@ def make_optimizer(model, cfg:TranslationConfig):
 
 # %% ../../nbs/12_mt_train.ipynb #739d8354
 def load_optimizer_state(opt, state:dict):
-    "`opt.load_state_dict(state)`, keeping `opt`'s own fused/foreach choice (a checkpoint carries its own)"
+    "`opt.load_state_dict(state)`, keeping `opt`'s own fused/foreach choice; a state of other shapes is refused"
+    params = [p for g in opt.param_groups for p in g['params']]
+    saved = state.get('state') if isinstance(state, dict) else None
+    if not isinstance(saved, dict): raise ValueError("the optimizer state holds no 'state' dict")
+    for i, moments in saved.items():   # first: the fused step would run on a wrong-sized moment unchecked
+        if not (type(i) is int and 0 <= i < len(params)) or not isinstance(moments, dict):
+            raise ValueError(f"the optimizer state has an entry {i!r} for no parameter")
+        for k, v in moments.items():
+            if not isinstance(v, Tensor) or not v.is_floating_point() or v.layout != torch.strided or \
+                    (v.dim() and v.shape != params[i].shape):
+                raise ValueError(f"the optimizer state's {k} of parameter {i} is not a float tensor of shape "
+                                 f"{tuple(params[i].shape)}")
     kept = [(g.get('fused'), g.get('foreach')) for g in opt.param_groups]
     opt.load_state_dict(state)
     for g, (fused, foreach) in zip(opt.param_groups, kept): g['fused'], g['foreach'] = fused, foreach
@@ -218,6 +229,9 @@ def translate(
     bar=None,                 # a tqdm bar advanced by the sentences of each batch
 )->list[str]:                 # detokenized translations, in input order
     "Translate `sentences` with greedy decoding or beam search"
+    for name, v in (('beam_size', beam_size), ('batch_size', batch_size)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
     model.eval(); device = device or next(model.parameters()).device
     if 'decoding' in wing_pieces(model) and device.type == 'cpu':   # the CPU speed wing's step:
         how = decoding_options(model, weights=DecodingWeights(model, dtype))   # weights prepared once
@@ -367,17 +381,20 @@ def _log(path, rec):
     with os.fdopen(fd, 'a') as f: f.write(json.dumps(rec) + '\n')
 
 # %% ../../nbs/12_mt_train.ipynb #ed069250
-def _trim_metrics(path:Path, state:dict):
-    "Drop the records a killed run wrote after its last checkpoint: the resumed run writes them again"
-    if not path.is_file(): return
-    keep = []
-    for line in path.read_text().splitlines():
+def _trimmed_metrics(path:Path, state:dict)->str|None:
+    "The log without the records a killed run wrote after its last checkpoint (the resumed run writes them again)"
+    if not path.is_file(): return None
+    keep, number = [], lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+    for n, line in enumerate(path.read_text().splitlines(), 1):
         try: rec = json.loads(line)
         except ValueError: continue                      # a line cut short by the kill
+        if not isinstance(rec, dict) or not number(rec.get('step', 0)) or not number(rec.get('epoch', 0)):
+            raise ValueError(f"{path} line {n} is not a record of this log (a JSON object with a numeric step): "
+                             "restore the file from a copy")
         done_epoch = rec.get('kind') != 'epoch' or rec.get('epoch', 0) <= state['epoch']
         if rec.get('step', 0) <= state['step'] and done_epoch:
             keep.append(line)
-    atomic_write(path, ''.join(l + '\n' for l in keep), mode=RUN_FILE_MODE)
+    return ''.join(l + '\n' for l in keep)
 
 # %% ../../nbs/12_mt_train.ipynb #e5c3fee6
 def first_detail(e:Exception)->str:
@@ -387,6 +404,20 @@ def first_detail(e:Exception)->str:
     if not lines: return type(e).__name__
     line = lines[0] if len(lines[0]) <= 120 else lines[0][:120].rsplit(' ', 1)[0] + ' …'
     return f"{type(e).__name__}: {line}"
+
+# %% ../../nbs/12_mt_train.ipynb #14b50b1c
+def check_same_run(ck, cfg:TranslationConfig, ck_path, run_dir):
+    "Raise a one-line ValueError if checkpoint `ck` was trained with settings other than `cfg`'s, up to the run length"
+    ours = json.loads(json.dumps(asdict(cfg)))
+    saved = ck.get('config') if isinstance(ck, dict) else None
+    if isinstance(saved, dict): saved = json.loads(json.dumps(saved, default=str))   # lists, as config.json has them
+    other = {k: v for k, v in (saved if isinstance(saved, dict) else {}).items()
+             if k in ours and k not in RUN_LENGTH_FIELDS and ours[k] != v}
+    if other:
+        raise ValueError(f"checkpoint {ck_path} was trained with other settings than {Path(run_dir)/'config.json'} ("
+                         + ', '.join(f"{k}={v!r} against {ours[k]!r}" for k, v in sorted(other.items())[:3])
+                         + "): the files come from different runs")
+
 
 # %% ../../nbs/12_mt_train.ipynb #6c0092d4
 def load_model(
@@ -417,6 +448,7 @@ def load_model(
         ck = run_dir/'checkpoints'/'last.pt'
         if not ck.is_file(): raise FileNotFoundError(f"run_dir {run_dir} has no checkpoints/last.pt")
         saved = read_checkpoint(ck)
+        check_same_run(saved, cfg, ck, run_dir)
         weights = saved.get('model') if isinstance(saved, dict) else None
         if not isinstance(weights, dict):
             raise ValueError(f"checkpoint {ck} holds no model weights (a dict of tensors under 'model')")
@@ -520,7 +552,8 @@ _AT_LEAST_0 = ('seed', 'checkpoint_every', 'epoch_checkpoints', 'keep_epochs')
 _NONE_OR_AT_LEAST_1 = ('n_train', 'n_eval', 'max_steps', 'threads')
 _LARGEST = dict(vocab_size=1 << 20,   # the BPE trainer allocates for every entry; Multi30k has about 20 000 words
                 max_len=1 << 16,      # position tables of max_len rows; Multi30k's sentences have < 100 tokens
-                seed=(1 << 63) - 1)   # torch's seeds are 64-bit
+                seed=(1 << 63) - 1,   # torch's seeds are 64-bit
+                threads=1 << 16)      # torch takes a C int; no CPU has more
 
 def check_config(cfg:TranslationConfig, where:str='config'):
     "Raise a one-line ValueError naming the first setting of `cfg` that no run can use"
@@ -650,15 +683,7 @@ def train(
     st = dict(epoch=0, batch=0, step=0, tokens=0, train_seconds=0.0)
     if resume:
         ck = read_checkpoint(ck_path, map_location=device)
-        ours = json.loads(json.dumps(asdict(cfg)))   # the checkpoint's settings must be this run's, up to its length
-        saved_cfg = ck.get('config') if isinstance(ck, dict) else None
-        if isinstance(saved_cfg, dict): saved_cfg = json.loads(json.dumps(saved_cfg, default=str))   # lists, as config.json
-        other = {k: v for k, v in (saved_cfg if isinstance(saved_cfg, dict) else {}).items()
-                 if k in ours and k not in RUN_LENGTH_FIELDS and ours[k] != v}
-        if other:
-            raise ValueError(f"checkpoint {ck_path} was trained with other settings than {run_dir/'config.json'} ("
-                             + ', '.join(f"{k}={v!r} against {ours[k]!r}" for k, v in sorted(other.items())[:3])
-                             + "): the files come from different runs")
+        check_same_run(ck, cfg, ck_path, run_dir)   # the checkpoint's settings must be this run's, up to its length
         try:   # a checkpoint of another run, or damaged: one line, and nothing in the run folder changed
             model.load_state_dict(ck['model']); load_optimizer_state(opt, ck['optimizer']); sched.load_state_dict(ck['scheduler'])
             st = {k: ck['state'][k] for k in ('epoch', 'batch', 'step', 'tokens', 'train_seconds')}
@@ -670,24 +695,26 @@ def train(
         except (KeyError, IndexError, TypeError, ValueError, RuntimeError, AttributeError) as e:
             raise ValueError(f"checkpoint {ck_path} cannot be resumed by this run ({first_detail(e)}): restore it from a copy, "
                              "or train the run again") from None
+        log = _trimmed_metrics(run_dir/'metrics.jsonl', st) if main else None   # refused before any file changes
         if main: atomic_write(run_dir/'config.json', json.dumps(asdict(cfg), indent=1), mode=RUN_FILE_MODE)   # new run length
         if main: drop_stale_epoch_weights(run_dir, cfg, st['epoch'])
+        if log is not None: atomic_write(run_dir/'metrics.jsonl', log, mode=RUN_FILE_MODE)   # one record per step and kind
         if main: print(f"resuming from step {st['step']} (epoch {st['epoch'] + 1})", file=sys.stderr, flush=True)
     net = model
     if world > 1: net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == 'cuda' else None)
     fwd = torch.compile(net, dynamic=True) if cfg.compile else net
     metrics = run_dir/'metrics.jsonl'
-    if resume and main: _trim_metrics(metrics, st)   # after a kill -9: one record per step and kind
     saved, received, halt = dict(step=st['step'] if resume else None), [], dict(signal=0)
 
     def diverged(what:str, finite:bool):   # a NaN/inf anywhere stops every process before anything is written
         bad = torch.tensor([float(not finite)], device=device)
         if world > 1: dist.all_reduce(bad, op=dist.ReduceOp.MAX)
         if bad.item():
-            kept = (f"the last good checkpoint {ck_path} (step {saved['step']}) is kept" if saved['step'] is not None
-                    else "no checkpoint had been saved")
+            kept = (f"the last good checkpoint {ck_path} (step {saved['step']}) is kept, not written over"
+                    if saved['step'] is not None else "no checkpoint had been saved"
+                    + (" (overwrite=True had deleted the earlier run)" if overwrite and not resume else ""))
             raise NonFiniteLoss(f"training stopped: the {what} became non-finite at step {st['step']} (epoch "
-                                f"{st['epoch'] + 1}); {kept} and nothing was written over; train again with a "
+                                f"{st['epoch'] + 1}); {kept}; train again with a "
                                 "smaller learning-rate factor or a longer warm-up")
 
     def check_weights():
