@@ -1,28 +1,26 @@
 """A/B of the translation model's CPU speed wing, piece by piece, in one run.
 
-Usage, from `nbs/`:  python mt_results/fast_ab.py OUT.json [--rounds 7] [--before DIR] [--tiny]
+Usage, from `nbs/`:  python mt_results/fast_ab.py OUT.json [--rounds 7] [--tiny]
 
 Every variant lives in a worker process that builds its models once; the parent asks the workers for one timing at a
 time, round-robin in a shuffled order each round, so that every variant sees the same machine. Workers never run at
 the same time. Training: seconds per optimizer step (forward, label-smoothed loss, backward, Adam) on a fixed batch of
 32 sentences of 20 source and 20 target tokens; decoding: seconds to decode one 20-token sentence greedily to exactly
 72 tokens. Pieces whose effect on the whole step is small are also timed on the step they target: the loss, its
-forward and backward pass from fixed logits of those 32 × 20 target tokens; the embedding's gradient as rows, the
-forward and backward pass of the two lookups (source and target) with E's dense gradient from the output projection
-standing as a fixed tensor; attention's dropout core, forward and backward of one self-attention core with a padding
-mask and dropout 0.1 on the weights. A piece's gain is the median over rounds of (time without it) / (time with it) - 1, paired round by round.
-
-`--before DIR` adds a worker that imports rope_lit from DIR, an earlier checkout (the model with fused sublayers,
-embedding gradient rows and C++ loss rows): its default training step and greedy decoding are timed in the same rounds.
+forward and backward pass from fixed logits of those 32 × 20 target tokens; attention's dropout core, forward and backward of one self-attention core with a padding
+mask and dropout 0.1 on the weights. A piece's gain is the median over rounds of (time without it) / (time with it) - 1,
+paired round by round; the whole wing's gain compares the plain model with the model after `speed_up` in the same way.
+The two sizes are those of the `cpu` and `base` presets of rope_lit.translation.train, vocabulary included.
 """
 import argparse, datetime, json, os, platform, random, re, statistics, subprocess, sys, time
 
-SIZES = {'small': dict(N=3, d_model=256, d_ff=1024, h=4), 'base': dict(N=6, d_model=512, d_ff=2048, h=8)}
-TINY = {'small': dict(N=1, d_model=32, d_ff=64, h=2)}
-TRAIN = ('plain', 'wing', 'wing-dropout', 'wing-attention', 'wing-loss', 'wing-embedding')
-TARGETS = ('loss', 'embedding', 'attention')   # pieces timed alone too, plain and wing
-DECODE = ('plain', 'python-step', 'cpp-step', 'wing')
-VOCAB, BATCH, SRC, TGT, OUT_LEN = 8000, 32, 20, 20, 72
+SIZES = {'small': dict(N=3, d_model=256, d_ff=512, h=4, vocab_size=6000),      # the `cpu` preset's model
+         'base': dict(N=6, d_model=512, d_ff=2048, h=8, vocab_size=8000)}      # the `base` preset's
+TINY = {'small': dict(N=1, d_model=32, d_ff=64, h=2, vocab_size=100)}
+TRAIN = ('plain', 'wing', 'wing-dropout', 'wing-attention', 'wing-loss')
+TARGETS = ('loss', 'attention')   # pieces timed alone too, plain and wing
+DECODE = ('plain', 'python-step', 'wing')
+BATCH, SRC, TGT, OUT_LEN = 32, 20, 20, 72
 STEPS = {'small': 3, 'base': 2}   # optimizer steps per training timing
 
 
@@ -30,95 +28,65 @@ def worker(side:str, tiny:bool):
     "Answer 'train SIZE VARIANT' / 'decode SIZE VARIANT' lines with seconds, one line each"
     import torch
     torch.set_num_threads(int(os.environ.get('AB_THREADS', '2')))
-    sizes, vocab = (TINY, 100) if tiny else (SIZES, VOCAB)
+    sizes = TINY if tiny else SIZES
     made = {}
 
     def batch(size):
-        g = torch.Generator().manual_seed(1)
+        g, vocab = torch.Generator().manual_seed(1), sizes[size]['vocab_size']
         return (torch.randint(4, vocab, (BATCH, SRC), generator=g), torch.randint(4, vocab, (BATCH, TGT + 1), generator=g))
 
-    if side == 'now':
-        from rope_lit.translation.model import Seq2SeqTransformer, greedy_decode, smoothed_loss
-        from rope_lit.translation.fast import (speed_up, decoding_options, PIECES, fast_smoothed_loss, FastEmbedding,
-                                               FastDropoutAttention)
-        from rope_lit.attention import RotaryMultiHeadAttention
-        from rope_lit.translation.train import make_config, make_optimizer, train_step
-        from rope_lit.translation.data import BOS, EOS, PAD
-        import torch.nn as nn
+    from rope_lit.translation.model import Seq2SeqTransformer, greedy_decode, smoothed_loss
+    from rope_lit.translation.fast import speed_up, decoding_options, PIECES, fast_smoothed_loss, FastDropoutAttention
+    from rope_lit.attention import RotaryMultiHeadAttention
+    from rope_lit.translation.train import make_config, make_optimizer, train_step
+    from rope_lit.translation.data import BOS, EOS, PAD
+    import torch.nn as nn
 
-        def model(size, train):
+    def model(size, train):
+        torch.manual_seed(0)
+        s = sizes[size]
+        return Seq2SeqTransformer(s['vocab_size'], s['N'], s['d_model'], s['d_ff'], s['h'], 0.1, 'rope', 128).train(train)
+
+    def make(kind, size, variant):
+        if kind == 'loss':
+            torch.manual_seed(0)
+            z = (torch.randn(BATCH, TGT, sizes[size]['vocab_size']) * 3).requires_grad_()
+            tgt = batch(size)[1][:, 1:]
+            fn = smoothed_loss if variant == 'plain' else fast_smoothed_loss
+            def loss():
+                z.grad = None
+                (fn(z, tgt, 0.1) / tgt.numel()).backward()
+            return loss
+        if kind == 'attention':
             torch.manual_seed(0)
             s = sizes[size]
-            return Seq2SeqTransformer(vocab, s['N'], s['d_model'], s['d_ff'], s['h'], 0.1, 'rope', 128).train(train)
-
-        def make(kind, size, variant):
-            if kind == 'loss':
-                torch.manual_seed(0)
-                z = (torch.randn(BATCH, TGT, vocab) * 3).requires_grad_()
-                tgt = batch(size)[1][:, 1:]
-                fn = smoothed_loss if variant == 'plain' else fast_smoothed_loss
-                def loss():
-                    z.grad = None
-                    (fn(z, tgt, 0.1) / tgt.numel()).backward()
-                return loss
-            if kind == 'embedding':
-                torch.manual_seed(0)
-                e = (nn.Embedding if variant == 'plain' else FastEmbedding)(vocab, sizes[size]['d_model'], PAD)
-                ids = batch(size)
-                grads = [torch.randn(*i.shape, e.weight.shape[1]) for i in ids] + [torch.randn(e.weight.shape)]
-                def lookups():
-                    e.weight.grad = None
-                    torch.autograd.backward([e(i) for i in ids] + [e.weight.view_as(e.weight)], grads)
-                return lookups
-            if kind == 'attention':
-                torch.manual_seed(0)
-                s = sizes[size]
-                att = RotaryMultiHeadAttention(s['d_model'], s['h'], dropout=0.1)
-                if variant == 'wing': att.__class__ = FastDropoutAttention
-                q, k, v = (torch.randn(BATCH, s['h'], SRC, s['d_model'] // s['h'], requires_grad=True) for _ in range(3))
-                mask = torch.ones(BATCH, 1, 1, SRC, dtype=torch.bool); mask[::2, ..., SRC - 5:] = False
-                g = torch.randn(BATCH, s['h'], SRC, s['d_model'] // s['h'])
-                def core():
-                    for t in (q, k, v): t.grad = None
-                    att.attend(q, k, v, mask, False, 0.1, False)[0].backward(g)
-                return core
-            m = model(size, kind == 'train')
-            if kind == 'train':
-                pieces = {'plain': None, 'wing': PIECES}.get(variant)
-                if variant.startswith('wing-'): pieces = tuple(p for p in PIECES if p != variant[5:])
-                if pieces is not None: speed_up(m, pieces=pieces)
-                cfg = make_config('tiny', **sizes[size], device='cpu')
-                opt, sched = make_optimizer(m, cfg)
-                data = [batch(size)]
-                step = lambda: train_step(m, m, opt, sched, data, cfg, torch.device('cpu'))
-                for _ in range(2): step()   # warm-up
-                return lambda: [step() for _ in range(STEPS.get(size, 1))]
-            src = batch(size)[0][:1]
-            if variant == 'plain': return lambda: greedy_decode(m, src, OUT_LEN, min_len=OUT_LEN)
-            speed_up(m)
-            if variant == 'wing': return lambda: greedy_decode(m, src, OUT_LEN, min_len=OUT_LEN)
-            def steps():   # greedy_decode's loop with the step decoder, one step per Python call
-                with torch.no_grad(), decoding_options(m, native=variant == 'cpp-step'):
-                    mem, mask = m.encode(src)
-                    dec = m.start_decoding(mem, mask, OUT_LEN)
-                    ys = torch.full((1, OUT_LEN), PAD); ys[:, 0] = BOS
-                    for t in range(OUT_LEN - 1):
-                        ys[:, t + 1] = dec.step(ys[:, t]).argmax(-1)
-            return steps
-    else:   # the earlier checkout: its own defaults
-        from rope_lit.translation.model import Seq2SeqTransformer, greedy_decode
-        from rope_lit.translation.results import _training_step
-
-        def make(kind, size, variant):
-            s = sizes[size]
-            if kind == 'train':
-                step = _training_step(s['N'], s['d_model'], s['d_ff'], s['h'], vocab, BATCH, SRC, TGT, 'rope')
-                for _ in range(2): step()
-                return lambda: [step() for _ in range(STEPS.get(size, 1))]
-            torch.manual_seed(0)
-            m = Seq2SeqTransformer(vocab, s['N'], s['d_model'], s['d_ff'], s['h'], 0.1, 'rope', 128).eval()
-            src = batch(size)[0][:1]
-            return lambda: greedy_decode(m, src, OUT_LEN, min_len=OUT_LEN)
+            att = RotaryMultiHeadAttention(s['d_model'], s['h'], dropout=0.1)
+            if variant == 'wing': att.__class__ = FastDropoutAttention
+            q, k, v = (torch.randn(BATCH, s['h'], SRC, s['d_model'] // s['h'], requires_grad=True) for _ in range(3))
+            mask = torch.ones(BATCH, 1, 1, SRC, dtype=torch.bool); mask[::2, ..., SRC - 5:] = False
+            g = torch.randn(BATCH, s['h'], SRC, s['d_model'] // s['h'])
+            def core():
+                for t in (q, k, v): t.grad = None
+                att.attend(q, k, v, mask, False, 0.1, False)[0].backward(g)
+            return core
+        m = model(size, kind == 'train')
+        if kind == 'train':
+            pieces = {'plain': None, 'wing': PIECES}.get(variant)
+            if variant.startswith('wing-'): pieces = tuple(p for p in PIECES if p != variant[5:])
+            if pieces is not None: speed_up(m, pieces=pieces)
+            cfg = make_config('tiny', **sizes[size], device='cpu')
+            opt, sched = make_optimizer(m, cfg)
+            data = [batch(size)]
+            step = lambda: train_step(m, m, opt, sched, data, cfg, torch.device('cpu'))
+            for _ in range(2): step()   # warm-up
+            return lambda: [step() for _ in range(STEPS.get(size, 1))]
+        src = batch(size)[0][:1]
+        if variant == 'plain': return lambda: greedy_decode(m, src, OUT_LEN, min_len=OUT_LEN)
+        speed_up(m)
+        if variant == 'wing': return lambda: greedy_decode(m, src, OUT_LEN, min_len=OUT_LEN)   # the C++ step
+        def steps():   # the same loop with the PyTorch step
+            with decoding_options(m, native=False): greedy_decode(m, src, OUT_LEN, min_len=OUT_LEN)
+        return steps
 
     print('ready', flush=True)
     for line in sys.stdin:
@@ -150,25 +118,20 @@ def versions():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('out'); ap.add_argument('--rounds', type=int, default=7)
-    ap.add_argument('--before', help='a folder holding an earlier rope_lit checkout')
     ap.add_argument('--tiny', action='store_true', help='tiny model, one round: a test of the script')
-    ap.add_argument('--worker', choices=('now', 'before'), help=argparse.SUPPRESS)
+    ap.add_argument('--worker', choices=('now',), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker: return worker(a.worker, a.tiny)
     sizes = TINY if a.tiny else SIZES
     rounds = 1 if a.tiny else a.rounds
-    def spawn(side, path=None):
-        env = dict(os.environ)
-        if path: env['PYTHONPATH'] = os.path.abspath(path)
+    def spawn(side):
         p = subprocess.Popen([sys.executable, os.path.abspath(__file__), 'x', '--worker', side] + (['--tiny'] if a.tiny else []),
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         if p.stdout.readline().strip() != 'ready': raise RuntimeError(f'the {side} worker did not start')
         return p
     workers = {'now': spawn('now')}
-    if a.before: workers['before'] = spawn('before', a.before)
     tasks = [('now', k, s, v) for s in sizes for k, vs in (('train', TRAIN), ('decode', DECODE)) for v in vs]
     tasks += [('now', k, s, v) for s in sizes for k in TARGETS for v in ('plain', 'wing')]
-    if a.before: tasks += [('before', k, s, 'default') for s in sizes for k in ('train', 'decode')]
     times = {t: [] for t in tasks}
     rng = random.Random(0)
     started = datetime.datetime.now(datetime.timezone.utc)
@@ -184,17 +147,15 @@ def main():
     gain = lambda slow, fast: med([a / b for a, b in zip(times[slow], times[fast])]) - 1
     pieces = []
     for s in sizes:
-        for piece, step in (('loss', 'the loss, forward and backward'), ('embedding', 'the lookups, forward and backward'),
-                            ('attention', 'the attention core, forward and backward')):
+        for piece, step in (('loss', 'the loss, forward and backward'), ('attention', 'the attention core, forward and backward')):
             pieces.append(dict(piece=piece, step=step, size=s, without_s=med(times['now', piece, s, 'plain']),
                                with_s=med(times['now', piece, s, 'wing']),
                                gain=gain(('now', piece, s, 'plain'), ('now', piece, s, 'wing'))))
-        for piece in ('dropout', 'attention', 'loss', 'embedding'):
+        for piece in ('dropout', 'attention', 'loss'):
             pieces.append(dict(piece=piece, step='training step', size=s, without_s=med(times['now', 'train', s, f'wing-{piece}']),
                                with_s=med(times['now', 'train', s, 'wing']),
                                gain=gain(('now', 'train', s, f'wing-{piece}'), ('now', 'train', s, 'wing'))))
-        for piece, slow, fast in (('lean decoding step', 'plain', 'python-step'), ('decoding step in C++', 'python-step', 'cpp-step'),
-                                  ('greedy loop in C++', 'cpp-step', 'wing')):
+        for piece, slow, fast in (('lean decoding step', 'plain', 'python-step'), ('decoding step in C++', 'python-step', 'wing')):
             pieces.append(dict(piece=piece, step='decoding a sentence', size=s, without_s=med(times['now', 'decode', s, slow]),
                                with_s=med(times['now', 'decode', s, fast]),
                                gain=gain(('now', 'decode', s, slow), ('now', 'decode', s, fast))))
@@ -203,14 +164,11 @@ def main():
         p['kept'] = p['gain'] >= 0.10 if p['targeted'] else None
     out = dict(date=started.strftime('%Y-%m-%d %H:%M UTC'), machine=cpu_name(),
                cpus=os.cpu_count(), versions=versions(), rounds=rounds, tiny=a.tiny,
-               command=' '.join(['python mt_results/fast_ab.py OUT.json'] + [
-                   'CHECKOUT' if x == a.before else x for x in sys.argv[2:]]),
-               times={'/'.join(k): v for k, v in times.items()}, pieces=pieces)
-    if a.before:
-        out['before_after'] = [dict(step=k, size=s, before_s=med(times['before', k, s, 'default']),
-                                    after_s=med(times['now', k, s, 'wing']),
-                                    ratio=med([b / c for b, c in zip(times['now', k, s, 'wing'], times['before', k, s, 'default'])]))
-                               for s in sizes for k in ('train', 'decode')]
+               command=' '.join(['python mt_results/fast_ab.py OUT.json'] + sys.argv[2:]), sizes=sizes,
+               times={'/'.join(k): v for k, v in times.items()}, pieces=pieces,
+               whole=[dict(step=k, size=s, plain_s=med(times['now', k, s, 'plain']), wing_s=med(times['now', k, s, 'wing']),
+                           gain=gain(('now', k, s, 'plain'), ('now', k, s, 'wing')))
+                      for s in sizes for k in ('train', 'decode')])
     tmp = a.out + '.tmp'
     with open(tmp, 'w') as f: json.dump(out, f, indent=1)
     os.replace(tmp, a.out)

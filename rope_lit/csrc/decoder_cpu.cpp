@@ -75,26 +75,6 @@ static inline float dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-// The index of the first maximum of l[0..n), a NaN counting as larger than any number (as
-// torch.argmax): `max_and_sum`, then a scan, 64 entries at a time, for the first entry equal to
-// the maximum.
-static inline int64_t argmax(const float* l, int64_t n) {
-  constexpr int L = 64;
-  float m, sum;
-  max_and_sum(l, n, m, sum);
-  int64_t j;
-  if (std::isnan(sum))   // a NaN, or +inf and -inf together: the first NaN if there is one
-    for (j = 0; j < n; ++j) if (std::isnan(l[j])) return j;
-  for (j = 0; j + L <= n; j += L) {
-    int hit = 0;
-#pragma omp simd reduction(| : hit)
-    for (int k = 0; k < L; ++k) hit |= l[j + k] == m;
-    if (hit) break;
-  }
-  for (; j < n; ++j) if (l[j] == m) return j;
-  return 0;   // every entry -inf: the first, as torch.argmax
-}
-
 // Rotate the first 2·r2 features of a head by the angle whose cos/sin are c, s (in place).
 static inline void rope_row(float* x, const float* c, const float* s, int64_t r2,
                             bool interleaved) {
@@ -359,42 +339,6 @@ struct NativeDecoder {
              table_row(sin_cross, r2_cross, t), logits);
     return logits;
   }
-
-  //@ part: greedy
-  // Greedy decoding from position 0: ys (rows, max_steps + 1) int64 with column 0 set. Column t + 1
-  // gets argmax of step t's logits (`eos` forbidden before min_len tokens; `pad` after a row's
-  // `eos`). Returns the number of columns written, as soon as every row has ended.
-  int64_t greedy(Tensor ys, int64_t min_len, int64_t eos, int64_t pad,
-                 const std::optional<Tensor>& cos_self, const std::optional<Tensor>& sin_self,
-                 const std::optional<Tensor>& cos_cross, const std::optional<Tensor>& sin_cross) {
-    check(ys.device().is_cpu() && ys.scalar_type() == at::kLong && ys.dim() == 2 &&
-              ys.size(0) == rows && ys.size(1) == max_steps + 1 && ys.stride(1) == 1 &&
-              (rows == 1 || ys.stride(0) >= ys.size(1)),
-          "ys must be a (rows, max_len) int64 CPU tensor with rows that do not overlap");
-    check(eos >= 0 && eos < vocab && pad >= 0 && pad < vocab, "eos and pad must be token ids");
-    int64_t* Ys = ys.data_ptr<int64_t>();
-    const int64_t stride = ys.stride(0);
-    Tensor logits = at::empty({rows, vocab}, embed.options());
-    float* L = logits.data_ptr<float>();
-    std::vector<char> done(rows, 0);
-    for (int64_t t = 0; t < max_steps; ++t) {
-      check_t(t);
-      run_step(Ys + t, stride, t, table_row(cos_self, r2_self, t), table_row(sin_self, r2_self, t),
-               table_row(cos_cross, r2_cross, t), table_row(sin_cross, r2_cross, t), logits);
-      bool all_done = true;
-      for (int64_t b = 0; b < rows; ++b) {
-        float* l = L + b * vocab;
-        if (t + 1 < min_len) l[eos] = -std::numeric_limits<float>::infinity();
-        const int64_t best = argmax(l, vocab);
-        const int64_t next = done[b] ? pad : best;
-        Ys[b * stride + t + 1] = next;
-        done[b] = done[b] || next == eos;
-        all_done = all_done && done[b];
-      }
-      if (all_done) return t + 2;
-    }
-    return max_steps + 1;
-  }
 };
 
 //@ part: binding
@@ -404,6 +348,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                           std::optional<Tensor>, Tensor, Tensor, int64_t, int64_t, bool, int64_t,
                           bool>())
       .def("set_cross", &NativeDecoder::set_cross)
-      .def("step", &NativeDecoder::step)
-      .def("greedy", &NativeDecoder::greedy);
+      .def("step", &NativeDecoder::step);
 }

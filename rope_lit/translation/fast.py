@@ -1,4 +1,4 @@
-"""Faster CPU training and decoding for the translation model, switched on by `speed_up(model)`: a counter-based dropout in C++, also on the attention weights, the loss in one pass, the embedding's gradient as rows, and a decoding step in C++
+"""Faster CPU training and decoding for the translation model, switched on by `speed_up(model)`: a counter-based dropout in C++, also on the attention weights, the loss in one pass, and a decoding step in C++
 
 Docs: https://rope-lit.github.io/rope_lit/mt_fast.html.md"""
 
@@ -20,9 +20,8 @@ from .model import Seq2SeqTransformer, FeedForward, CachedDecoder, smoothed_loss
 # %% auto #0
 __all__ = ['DROPOUT_PATH', 'DROPOUT_SOURCE', 'LOSS_PATH', 'LOSS_SOURCE', 'DECODER_PATH', 'DECODER_SOURCE', 'PIECES', 'uniform16',
            'dropout_seed', 'dropout_mask', 'native_dropout', 'dropout_add', 'FastDropout', 'FastFeedForward',
-           'FastDropoutAttention', 'native_loss', 'fast_smoothed_loss', 'FastEmbedding', 'DecodingWeights',
-           'IncrementalDecoder', 'native_decoder', 'FastSeq2SeqTransformer', 'speed_up', 'wing_pieces',
-           'decoding_options']
+           'FastDropoutAttention', 'native_loss', 'fast_smoothed_loss', 'DecodingWeights', 'IncrementalDecoder',
+           'native_decoder', 'FastSeq2SeqTransformer', 'speed_up', 'wing_pieces', 'decoding_options']
 
 # %% ../../nbs/11a_mt_fast.ipynb #43892b7c
 _GAMMA, _MIX1, _MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
@@ -264,15 +263,6 @@ def fast_smoothed_loss(
             and not torch.compiler.is_compiling() and native_loss() is not None):
         return smoothed_loss(logits, target, smoothing)
     return _SmoothedLoss.apply(logits.reshape(-1, V).contiguous(), t.contiguous(), float(smoothing))
-
-# %% ../../nbs/11a_mt_fast.ipynb #68dca566
-class FastEmbedding(nn.Embedding):
-    "`nn.Embedding` whose lookups give their gradient as rows (ids and values) in CPU training"
-    def forward(self, ids:Tensor)->Tensor:
-        if ids.device.type != 'cpu' or not torch.is_grad_enabled() or torch.compiler.is_compiling():
-            return super().forward(ids)
-        return F.embedding(ids, self.weight, self.padding_idx, self.max_norm, self.norm_type,
-                           self.scale_grad_by_freq, sparse=True)
 
 # %% ../../nbs/11a_mt_fast.ipynb #ef5eccbb
 def _decode_weights(model:Seq2SeqTransformer, dtype:torch.dtype)->tuple[list[dict], dict]:
@@ -526,19 +516,6 @@ def native_decoder(verbose:bool=False):   # print the compiler's commands and ou
     return native_extension(DECODER_SOURCE, 'rope_lit_decoder', 'native decoder',
                             'decoding uses PyTorch operations instead', None, verbose)
 
-# %% ../../nbs/11a_mt_fast.ipynb #48920353
-@patch
-def greedy(self:IncrementalDecoder,
-    ys:Tensor,     # (rows, max_len) int64 ids, column 0 set (`<s>`); the rest is written
-    min_len:int,   # forbid `</s>` before this many tokens
-)->int|None:       # columns of `ys` written; None where the C++ step does not run (then step by step)
-    "`greedy_decode`'s whole loop in one C++ call, from position 0"
-    if not self.native or self._dynamic or self.t: return None
-    if self.max_len == 1: return 1   # `<s>` only: no step
-    n = self._native.greedy(ys, min_len, EOS, PAD, *self._tables)
-    self.t = n - 1
-    return n
-
 # %% ../../nbs/11a_mt_fast.ipynb #30412a22
 class FastSeq2SeqTransformer(Seq2SeqTransformer):
     "A `Seq2SeqTransformer` with the wing's loss and step decoder (made by `speed_up`)"
@@ -554,7 +531,7 @@ class FastSeq2SeqTransformer(Seq2SeqTransformer):
         return IncrementalDecoder(self, memory, memory_mask, max_len, **self.decoding)
 
 # %% ../../nbs/11a_mt_fast.ipynb #1ad61973
-PIECES = ('dropout', 'attention', 'loss', 'embedding', 'decoding')   # what `speed_up` can switch on
+PIECES = ('dropout', 'attention', 'loss', 'decoding')   # what `speed_up` can switch on
 _SWAPS = [('dropout', nn.Dropout, FastDropout), ('dropout', FeedForward, FastFeedForward),
           ('attention', RotaryMultiHeadAttention, FastDropoutAttention)]
 
@@ -573,8 +550,6 @@ def speed_up(
     for m in model.modules():
         for piece, plain, fast in _SWAPS:
             if type(m) in (plain, fast): m.__class__ = fast if piece in pieces else plain
-    if type(model.embed) in (nn.Embedding, FastEmbedding):   # the shared embedding only: E of the projection
-        model.embed.__class__ = FastEmbedding if 'embedding' in pieces else nn.Embedding
     own = frozenset(pieces) & {'loss', 'decoding'}   # the pieces of the model's own class
     model.__class__ = FastSeq2SeqTransformer if own else Seq2SeqTransformer
     for name in ('fast', 'decoding'): model.__dict__.pop(name, None)   # earlier settings go with the swap
@@ -585,7 +560,6 @@ def speed_up(
 def wing_pieces(model:Seq2SeqTransformer)->tuple:
     "The pieces of the speed wing that are on for `model`, in the order of `PIECES`"
     on = {p for m in model.modules() for p, _, fast in _SWAPS if type(m) is fast}
-    if type(model.embed) is FastEmbedding: on.add('embedding')
     return tuple(p for p in PIECES if p in on or p in getattr(model, 'fast', ()))
 
 # %% ../../nbs/11a_mt_fast.ipynb #05f0403d

@@ -275,8 +275,6 @@ def greedy_decode(
     dec = model.start_decoding(memory, mask, max_len) if use_cache else None
     ys = torch.full((src.shape[0], max_len), PAD, dtype=torch.long, device=src.device)
     ys[:, 0] = BOS
-    whole = getattr(dec, 'greedy', None)   # a step decoder may run the whole loop (the CPU speed wing's)
-    if whole is not None and (n := whole(ys, min_len)) is not None: return ys[:, :n]
     done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
     for t in range(max_len - 1):
         logits = dec.step(ys[:, t]) if use_cache else model.decode(ys[:, :t+1], memory, mask)[:, -1]
