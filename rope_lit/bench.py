@@ -377,14 +377,15 @@ def read_results(out)->tuple:
     "(rows, meta) from a folder written by `write_results`; one-line errors naming the file"
     out = Path(out)
     for f in (out, out / 'results.csv', out / 'meta.json'): check_private(f, f"benchmark results {out}: {f.name}")
-    with open(out / 'results.csv') as fh: rows = list(csv.DictReader(fh))
     try:
+        with open(out / 'results.csv', encoding='utf-8') as fh: rows = list(csv.DictReader(fh))
         for r in rows:
             for key in ('median_us', 'p20_us', 'p80_us', 'ratio_to_floor', 'GBps', 'rope_lit_speedup'): r[key] = float(r[key])
             for key in ('ratio_paired', 'ratio_to_autograd_floor'):
                 r[key] = float(r[key]) if r.get(key) not in (None, '') else None
-        meta = json.loads((out / 'meta.json').read_text())
-    except (KeyError, TypeError, ValueError) as e:
+        meta = json.loads((out / 'meta.json').read_text(encoding='utf-8'))
+        if not isinstance(meta, dict): raise TypeError("meta.json is not a JSON object")
+    except (KeyError, TypeError, ValueError, csv.Error) as e:   # UnicodeDecodeError is a ValueError
         raise ValueError(f"{out} does not hold results written by rope-lit-bench ({type(e).__name__}: {e}): "
                          "run the benchmark again") from None
     return rows, meta

@@ -201,12 +201,12 @@ def set_rotary_frequencies(
 )->int:                          # the number of rotary modules changed
     "Make every rotary module of `model` use `inv_freq`, tables scaled by `attention_factor`"
     modules = [m for m in model.modules() if isinstance(m, RotaryEmbedding)]
-    if isinstance(length, bool) or not isinstance(length, int) or length < 1:   # checked before any module changes:
-        raise ValueError(f"length must be an int >= 1, got {length!r}")         # the first one's own checks then
-    if len({m.rotary_dim for m in modules}) > 1:                                # hold for all, or none changes
+    if isinstance(length, bool) or not isinstance(length, int) or not 1 <= length <= 2**53:   # before any change:
+        raise ValueError(f"length must be an int in [1, 2**53], got {length!r}")   # positions past 2**53 are refused
+    if len({m.rotary_dim for m in modules}) > 1:   # the first module's own checks then hold for all, or none changes
         raise ValueError("the model's rotary modules differ in rotary_dim: give each its own frequencies")
-    for module in modules:   # new frequencies, then a cache that covers positions 0..length-1
-        module.set_frequencies(inv_freq, attention_factor).cos_sin(length)
+    for module in modules: module.set_frequencies(inv_freq, attention_factor)   # new frequencies everywhere,
+    for module in modules: module.cos_sin(length)   # then caches that cover positions 0..length-1
     return len(modules)
 
 # %% ../nbs/14_char_lm.ipynb #78cfa83c
@@ -342,9 +342,13 @@ def _trained_model(cfg, position, seed, vocab_size, train_ids, checkpoint_dir, p
         if not all(isinstance(w, torch.Tensor) and w.is_floating_point() and w.layout == torch.strided
                    and w.isfinite().all() for w in weights):
             raise ValueError(f"{what} holds weights that are not finite dense floats: delete it to train again")
-        if (saved['model_cfg'], saved['train_cfg'], saved.get('data')) != (model_cfg, train_cfg, data_key):
-            raise ValueError(f"{what} was trained with other settings or text; rope_lit does not replace it: "
-                             "use another checkpoint_dir, or delete the file to train again")
+        ours, theirs = {**model_cfg, **train_cfg, 'text': data_key}, {**saved['model_cfg'], **saved['train_cfg'],
+                                                                       'text': saved.get('data')}
+        if ours != theirs:
+            k = next(k for k in sorted(ours.keys() | theirs.keys()) if ours.get(k) != theirs.get(k))
+            differs = 'another text' if k == 'text' else f"{k}={theirs.get(k)!r} against {ours.get(k)!r} now"
+            raise ValueError(f"{what} was trained with other settings or text ({differs}); rope_lit does not "
+                             "replace it: use another checkpoint_dir, or delete the file to train again")
         model = CharLM(**model_cfg)
         try: model.load_state_dict(saved['state'])
         except (RuntimeError, TypeError, AttributeError) as e:
@@ -404,9 +408,9 @@ def run_experiment(
     if len(set(seeds)) != len(seeds):   # a seed given twice trains the same model twice: no spread
         raise ValueError(f"seeds must differ from each other, got {tuple(seeds)}")
     cfg, text = _experiment_config(size, schemes, variants, data, overrides)
-    if checkpoint_dir is not None and (Path(checkpoint_dir).exists() or Path(checkpoint_dir).is_symlink()):
-        check_private(checkpoint_dir, f"checkpoint_dir {checkpoint_dir}")   # before any model trains
-        if not Path(checkpoint_dir).is_dir():
+    if checkpoint_dir is not None:   # before any model trains (a folder not made yet: the folders above it)
+        check_private(checkpoint_dir, f"checkpoint_dir {checkpoint_dir}")
+        if Path(checkpoint_dir).exists() and not Path(checkpoint_dir).is_dir():
             raise ValueError(f"checkpoint_dir {checkpoint_dir} is a file, not a folder")
     vocab = CharVocab(text)
     train_ids, val_ids = split_text(vocab.encode(text), 0.1)

@@ -183,18 +183,22 @@ def load_checkpoint(
         raise ValueError(f"{what} {path} is truncated or corrupt (torch.load cannot read it)") from None
 
 # %% ../nbs/15_cli_args.ipynb #3ba440df
-def _others_write(st:os.stat_result)->bool:
-    "Can users other than this one write the file or folder of `st`? (Its group: only if not the user's own)"
-    return bool(st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != os.getegid()))
+def _others_write(st:os.stat_result, group_ok:bool=True)->bool:
+    "Can users other than this one write the file or folder of `st`? (Its group counts unless it is the user's own)"
+    return bool(st.st_mode & 0o002 or (st.st_mode & 0o020 and not (group_ok and st.st_gid == os.getegid())))
 
 def unsafe_parent(
-    path,   # a file or folder (not itself checked)
+    path,                 # a file or folder (not itself checked); it need not exist yet
+    group_ok:bool=True,   # False: a folder the user's own group may write is unsafe too
 )->Path|None:
     "The first folder above `path` that another user owns, or may write without the sticky bit; else None"
-    for folder in Path(path).resolve().parents:
+    if not hasattr(os, 'geteuid'): return None        # no POSIX owners (Windows): nothing to compare
+    given = Path(os.path.abspath(path))               # the folders as named (a link in one of them counts)
+    for folder in dict.fromkeys([*given.parents, *given.resolve().parents]):   # and where links lead
         try: st = os.stat(folder)
+        except FileNotFoundError: continue            # not made yet: it will be the user's
         except OSError: return folder                 # can't tell: not safe
-        if st.st_uid not in (0, os.geteuid()) or (_others_write(st) and not st.st_mode & stat.S_ISVTX):
+        if st.st_uid not in (0, os.geteuid()) or (_others_write(st, group_ok) and not st.st_mode & stat.S_ISVTX):
             return folder
     return None
 
@@ -207,13 +211,14 @@ def check_private(
     "Raise a one-line ValueError if `path` is a symbolic link, another user's, or writable by others (or its folder is)"
     if not hasattr(os, 'geteuid'): return           # no POSIX owners (Windows): nothing to compare
     path = Path(path)                               # 'dir/' and 'dir/.' name 'dir' itself, not what it links to
-    st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode):
+    try: st = os.lstat(path)
+    except FileNotFoundError: st = None             # about to be made: only the folders above it count
+    if st is not None and stat.S_ISLNK(st.st_mode):
         raise ValueError(f"{what} is a symbolic link, which could make rope_lit read or write a file elsewhere: "
                          "replace the link with the file itself")
-    if st.st_uid not in (0, os.geteuid()):
+    if st is not None and st.st_uid not in (0, os.geteuid()):
         raise ValueError(f"{what} belongs to another user, who could change it: copy it into a folder of your own")
-    if _others_write(st):
+    if st is not None and _others_write(st):
         raise ValueError(f"{what}: other users may write {path} (mode {st.st_mode & 0o7777:o}), and rope_lit "
                          f"loads nothing that others can change: chmod go-w {path}")
     if (folder := unsafe_parent(path)) is not None:

@@ -109,7 +109,7 @@ def native_cache_dir()->Path:
     if _own(root, group_ok=True) and not _own(root):   # ours, but group-writable (a umask of 002): close it
         try: os.chmod(root, 0o700)
         except OSError: pass
-    if _own(root) and unsafe_parent(root) is None: return root
+    if _own(root) and unsafe_parent(root, group_ok=False) is None: return root   # code: not even the group
     if root not in _private_fallback:   # another user could plant a library there: not ours to load
         _private_fallback[root] = Path(tempfile.mkdtemp(prefix='rope_lit-'))
         atexit.register(shutil.rmtree, _private_fallback[root], ignore_errors=True)   # one process's folder

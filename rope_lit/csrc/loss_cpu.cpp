@@ -15,8 +15,8 @@
 
 using torch::Tensor;
 
-// exp_shifted and max_and_sum: the decoding step's (decoder_cpu.cpp, its part `softmax`), put here
-// by rope_lit.translation.fast when it builds this file.
+// exp_shifted and max_and_sum: row helpers kept in decoder_cpu.cpp (its part `softmax`, whose
+// exp_shifted the decoding step uses too), put here by rope_lit.translation.fast when it builds this file.
 //@ insert: decoder_cpu.cpp softmax
 
 //@ part: loss

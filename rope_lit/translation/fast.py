@@ -221,7 +221,7 @@ class FastDropoutAttention(RotaryMultiHeadAttention):
 LOSS_PATH = CPU_KERNEL_PATH.parent / 'loss_cpu.cpp'   # beside the rotary kernel's source
 _SOFTMAX = cpp_parts((CPU_KERNEL_PATH.parent / 'decoder_cpu.cpp').read_text(encoding='utf-8'))['softmax']
 LOSS_SOURCE = LOSS_PATH.read_text(encoding='utf-8').replace(   # what the build compiles: the file with
-    '//@ insert: decoder_cpu.cpp softmax', _SOFTMAX)           # the decoding step's two row helpers
+    '//@ insert: decoder_cpu.cpp softmax', _SOFTMAX)           # the row helpers it shares with the decoding step
 
 def native_loss(verbose:bool=False):   # print the compiler's commands and output
     "The native loss (`LOSS_SOURCE`): built on first use, then cached; None if it can't be"
@@ -460,9 +460,8 @@ def step(self:IncrementalDecoder,
         return logits
     fin = self.final
     vocab = fin['embed'].shape[0]
-    if rows and not (0 <= int(tokens.min()) and int(tokens.max()) < vocab):   # as the C++ step checks them
-        bad = int(tokens.min()) if int(tokens.min()) < 0 else int(tokens.max())
-        raise IndexError(f"tokens must be ids in [0, {vocab}), got {bad}")
+    lo, hi = (int(v) for v in torch.aminmax(tokens)) if rows else (0, 0)   # one reduction, as the C++ step checks
+    if lo < 0 or hi >= vocab: raise IndexError(f"tokens must be ids in [0, {vocab}), got {lo if lo < 0 else hi}")
     x = F.embedding(tokens[:, None], fin['embed']) * math.sqrt(self.model.d_model)
     if fin['pe'] is not None: x = x + fin['pe'][t]          # sinusoidal: row t of the table
     d, rows = (self.model.d_model,), None

@@ -444,6 +444,8 @@ def load_model(
                              "which do not follow one another: average fewer, or train the run again")
         weights = average_checkpoints(ck)
         ck = f"{ck[0]} … {ck[-1].name}"
+        last = run_dir/'checkpoints'/'last.pt'   # the epochs' files keep only weights: the run's settings are here
+        if last.is_file(): check_same_run(read_checkpoint(last), cfg, last, run_dir)
     else:
         ck = run_dir/'checkpoints'/'last.pt'
         if not ck.is_file(): raise FileNotFoundError(f"run_dir {run_dir} has no checkpoints/last.pt")
@@ -539,7 +541,7 @@ def check_run_dir(
 ):
     "Raise a one-line error unless no one else can change `run_dir` (or its run's files) and none is a symbolic link"
     d = Path(run_dir)
-    if not (d.exists() or d.is_symlink()): return
+    if not (d.exists() or d.is_symlink()): return check_private(d, f"run_dir {d}")   # its folders, before a run
     ck = d/'checkpoints'
     paths = [d] + ([d/n for n in run_files(d)] if files else [])
     if files and ck.is_dir() and not ck.is_symlink(): paths += sorted(ck.iterdir())
