@@ -324,7 +324,7 @@ def _model_config(cfg, vocab_size, position):
 # %% ../nbs/14_char_lm.ipynb #f0a41855
 LOG_KEYS = {'train_seconds', 'final_train_loss', 'parameters'}   # a saved model's training log
 
-def _trained_model(cfg, position, seed, vocab_size, train_ids, checkpoint_dir, progress, check_only=False):
+def _trained_model(cfg, position, seed, vocab_size, train_ids, checkpoint_dir, progress, saved_only=False):
     "Train (or load from `checkpoint_dir` when an identical run was saved) one model; return it and its log"
     model_cfg = _model_config(cfg, vocab_size, position)
     train_cfg = dict(context=cfg['context'], steps=cfg['steps'], batch_size=cfg['batch_size'], lr=cfg['lr'], seed=seed)
@@ -354,7 +354,7 @@ def _trained_model(cfg, position, seed, vocab_size, train_ids, checkpoint_dir, p
         except (RuntimeError, TypeError, AttributeError) as e:
             raise ValueError(f"{what}: its weights do not fit the model ({str(e).splitlines()[0]})") from None
         return model.eval(), saved['log']
-    if check_only: return None
+    if saved_only: return None   # none saved: the caller trains it later
     torch.manual_seed(seed)
     model = CharLM(**model_cfg)
     start = time.time()
@@ -419,15 +419,15 @@ def run_experiment(
     if max(cfg['contexts']) > usable:
         raise ValueError(f"contexts up to {max(cfg['contexts'])} need that many validation characters within "
                          f"eval_tokens, got {usable}")
-    if checkpoint_dir is not None:   # every saved model checked before any model trains or any file is written
-        for seed in seeds:
-            for scheme in schemes:
-                _trained_model(cfg, scheme, seed, len(vocab), train_ids, checkpoint_dir, False, check_only=True)
+    # every saved model loaded (and checked) before any model trains or any file is written
+    saved = {(seed, scheme): _trained_model(cfg, scheme, seed, len(vocab), train_ids, checkpoint_dir, False,
+                                            saved_only=True)
+             for seed in seeds for scheme in schemes} if checkpoint_dir is not None else {}
     rows, train_log = [], []
     for seed in seeds:
         for scheme in schemes:
-            model, log = _trained_model(cfg, scheme, seed, len(vocab), train_ids, checkpoint_dir,
-                                        progress)
+            model, log = saved.get((seed, scheme)) or _trained_model(
+                cfg, scheme, seed, len(vocab), train_ids, checkpoint_dir, progress)
             train_log.append(dict(scheme=scheme, seed=seed, **log))
             head_dim = cfg['d_model'] // cfg['n_heads']
             for variant in (variants if scheme == 'rope' else ('none',)):

@@ -63,14 +63,14 @@ def read_run(
     path = Path(path)
     if tag and not (path/f'results{tag}.json').is_file(): return None   # decoding with it did not finish
     if not ((path/'config.json').exists() or (path/'config.json').is_symlink()): return None   # not a run
-    files = [path, path/'config.json', *sorted(path.glob(f'hyp.*{tag}.en'))]
-    for f in files: check_private(f, f"run {path}: {f.name}")   # nothing someone else could have planted
+    hyp_files = sorted(path.glob(f'hyp.*{tag}.en'))
+    for f in (path, path/'config.json', *hyp_files): check_private(f, f"run {path}: {f.name}")   # nothing planted
     try: config = json.loads((path/'config.json').read_text())
     except (OSError, ValueError): return None
     if not isinstance(config, dict) or not {'position', 'seed'} <= set(config): return None
     if not isinstance(config['position'], str) or type(config['seed']) is not int: return None
     hypotheses = {}
-    for f in sorted(path.glob(f'hyp.*{tag}.en')):
+    for f in hyp_files:
         split, _, decoder = f.name[len('hyp.'):-len(f'{tag}.en')].rpartition('.')
         if split and decoder in DECODERS: hypotheses.setdefault(split, {})[decoder] = read_hypotheses(f)
     return Run(path.name, config['position'], config['seed'], path, hypotheses)
@@ -231,6 +231,12 @@ def sentence_statistics(
     table = lambda f: np.array([f(h, r) for h, r in pairs], dtype=np.int64).reshape(len(pairs), -1)
     return {'BLEU': table(bleu_statistics), 'chrF': table(chrf_statistics)}
 
+# %% ../nbs/16_significance.ipynb #876dd97f
+def _check_counts(stats:np.ndarray):
+    "Raise a one-line ValueError unless `stats` are counts: finite and >= 0 (BLEU's and chrF's statistics alike)"
+    if not (np.isfinite(stats).all() and (stats >= 0).all()): raise ValueError("stats must be counts: finite and >= 0")
+
+
 # %% ../nbs/16_significance.ipynb #00000023
 def bleu_from_statistics(
     stats:np.ndarray, # (..., 10) summed BLEU statistics [c, r, m_1..4, t_1..4]
@@ -242,7 +248,7 @@ def bleu_from_statistics(
         raise ValueError(f"order must be an int >= 1, got {order!r}")
     if stats.ndim == 0 or stats.shape[-1] != 2 + 2 * order:
         raise ValueError(f"stats must end in 2 + 2·order = {2 + 2 * order} BLEU statistics, got shape {stats.shape}")
-    if not (np.isfinite(stats).all() and (stats >= 0).all()): raise ValueError("stats must be counts: finite and >= 0")
+    _check_counts(stats)
     c, r, m, t = stats[..., 0], stats[..., 1], stats[..., 2:2 + order], stats[..., 2 + order:2 + 2 * order]
     halvings = np.cumsum((m == 0) & (t > 0), axis=-1)          # `exp` smoothing: k-th empty order gets 1/2^k
     with np.errstate(divide='ignore', invalid='ignore'):
@@ -262,7 +268,7 @@ def chrf_from_statistics(
         raise ValueError(f"stats must end in 3 chrF statistics per character order, got shape {stats.shape}")
     if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not 0 < beta <= 1e6:
         raise ValueError(f"beta must be a number in (0, 1e6], got {beta!r}")   # β² must stay finite
-    if not (np.isfinite(stats).all() and (stats >= 0).all()): raise ValueError("stats must be counts: finite and >= 0")
+    _check_counts(stats)
     h, g, a = stats[..., 0::3], stats[..., 1::3], stats[..., 2::3]
     present = (h > 0) & (g > 0)                                 # orders seen on both sides
     k = present.sum(-1)

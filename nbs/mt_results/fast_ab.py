@@ -2,7 +2,7 @@
 
 Usage, from `nbs/`:  python mt_results/fast_ab.py OUT.json [--rounds 7] [--tiny]
 
-Every variant lives in a worker process that builds its models once; the parent asks the workers for one timing at a
+Every variant lives in a worker process that builds its models once; the parent asks the worker for one timing at a
 time, round-robin in a shuffled order each round, so that every variant sees the same machine. Workers never run at
 the same time. Training: seconds per optimizer step (forward, label-smoothed loss, backward, Adam) on a fixed batch of
 32 sentences of 20 source and 20 target tokens; decoding: seconds to decode one 20-token sentence greedily to exactly
@@ -24,7 +24,7 @@ BATCH, SRC, TGT, OUT_LEN = 32, 20, 20, 72
 STEPS = {'small': 3, 'base': 2}   # optimizer steps per training timing
 
 
-def worker(side:str, tiny:bool):
+def worker(tiny:bool):   # timings are keyed 'now/KIND/SIZE/VARIANT', as in the committed results
     "Answer 'train SIZE VARIANT' / 'decode SIZE VARIANT' lines with seconds, one line each"
     import torch
     torch.set_num_threads(int(os.environ.get('AB_THREADS', '2')))
@@ -119,17 +119,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('out'); ap.add_argument('--rounds', type=int, default=7)
     ap.add_argument('--tiny', action='store_true', help='tiny model, one round: a test of the script')
-    ap.add_argument('--worker', choices=('now',), help=argparse.SUPPRESS)
+    ap.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
     a = ap.parse_args()
-    if a.worker: return worker(a.worker, a.tiny)
+    if a.worker: return worker(a.tiny)
     sizes = TINY if a.tiny else SIZES
     rounds = 1 if a.tiny else a.rounds
-    def spawn(side):
-        p = subprocess.Popen([sys.executable, os.path.abspath(__file__), 'x', '--worker', side] + (['--tiny'] if a.tiny else []),
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        if p.stdout.readline().strip() != 'ready': raise RuntimeError(f'the {side} worker did not start')
-        return p
-    workers = {'now': spawn('now')}
+    w = subprocess.Popen([sys.executable, os.path.abspath(__file__), 'x', '--worker'] + (['--tiny'] if a.tiny else []),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    if w.stdout.readline().strip() != 'ready': raise RuntimeError('the worker did not start')
     tasks = [('now', k, s, v) for s in sizes for k, vs in (('train', TRAIN), ('decode', DECODE)) for v in vs]
     tasks += [('now', k, s, v) for s in sizes for k in TARGETS for v in ('plain', 'wing')]
     times = {t: [] for t in tasks}
@@ -138,11 +135,10 @@ def main():
     for r in range(rounds):
         order = tasks[:]; rng.shuffle(order)
         for t in order:
-            w = workers[t[0]]
             w.stdin.write(' '.join(t[1:]) + '\n'); w.stdin.flush()
             times[t].append(float(w.stdout.readline()))
         print(f'round {r + 1}/{rounds} done', file=sys.stderr)
-    for w in workers.values(): w.stdin.close(); w.wait()
+    w.stdin.close(); w.wait()
     med = lambda xs: statistics.median(xs)
     gain = lambda slow, fast: med([a / b for a, b in zip(times[slow], times[fast])]) - 1
     pieces = []
