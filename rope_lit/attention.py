@@ -33,10 +33,19 @@ class KVCache:
 
     def _reserve(self, k:Tensor, v:Tensor)->int:
         "Room for `k`'s new positions (doubling the storage when full); return the new length"
-        if self._k is not None and (k.shape[:2] != self._k.shape[:2]
-                                    or k.shape[-1] != self._k.shape[-1]):
-            raise ValueError(f"cache holds (batch, kv_heads, ., head_dim) = {tuple(self._k.shape)},"
-                             f" cannot append keys {tuple(k.shape)}")
+        for name, t in (('k', k), ('v', v)):
+            if not isinstance(t, Tensor) or t.ndim != 4:
+                raise ValueError(f"{name} must be a 4-d tensor (batch, kv_heads, new, .), got "
+                                 f"{tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__}")
+        if v.shape[:3] != k.shape[:3]:
+            raise ValueError(f"v must match k in (batch, kv_heads, new): k {tuple(k.shape)}, v {tuple(v.shape)}")
+        if self._k is not None and (k.shape[:2] != self._k.shape[:2] or k.shape[-1] != self._k.shape[-1]
+                                    or v.shape[-1] != self._v.shape[-1]):
+            raise ValueError(f"cache holds keys {tuple(self._k.shape)} and values {tuple(self._v.shape)}, "
+                             f"cannot append keys {tuple(k.shape)} and values {tuple(v.shape)}")
+        if self._k is not None and (k.dtype, v.dtype, k.device) != (self._k.dtype, self._v.dtype, self._k.device):
+            raise TypeError(f"cache holds {self._k.dtype} keys and {self._v.dtype} values on {self._k.device}, "
+                            f"cannot append {k.dtype} and {v.dtype} on {k.device}")
         need = self.length + k.shape[2]
         if self._k is None or need > self._k.shape[2]:          # grow: double the capacity
             capacity = max(need, 2 * (0 if self._k is None else self._k.shape[2]), 16)

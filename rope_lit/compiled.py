@@ -13,7 +13,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 from .rotation import rotary_qk as rotary_qk_eager, complex_viewable, rotate_complex
-from .rotation import check_table_rows, check_qk_args, offset_rows
+from .rotation import check_table_rows, check_qk_args, table_rows, kernel_readable
 
 # %% ../nbs/04e_compiled.ipynb #2d1d3e82
 def _rotate_pairs(x, c, s, interleaved:bool):
@@ -116,17 +116,13 @@ def rotary_qk_compiled(
     "Rotate `q` and `k` in one compiled pass (CPU or any Inductor device), differentiable"
     check_qk_args(q, k, cos, sin, positions, inplace)
     if q.shape[2] == 0: return (q, k) if inplace else (q.clone(), k.clone())   # nothing to rotate
-    cos, sin, positions, offset = offset_rows(q, cos, sin, positions, offset)
-    if positions is None and offset is None and cos.shape[-2] > q.shape[2]:   # a longer table: its first rows
-        cos, sin = cos[..., :q.shape[2], :], sin[..., :q.shape[2], :]
-    if offset is not None:
-        positions = (positions if positions is not None
-                     else torch.arange(q.shape[2], device=q.device)) + offset[:, None]
+    cos, sin, positions = table_rows(q, cos, sin, positions, offset)
     if positions is not None:
         check_table_rows(positions, cos.shape[-2], cos.device)   # never wrap around like Python indices
         cos, sin = cos[positions], sin[positions]
     # traced by an outer compiler (or cos/sin need gradients): the plain formula
-    if cos.requires_grad or sin.requires_grad or torch.compiler.is_compiling():
+    if (cos.requires_grad or sin.requires_grad or torch.compiler.is_compiling()
+            or not (kernel_readable(q) and kernel_readable(k))):   # torch.func, forward-mode AD
         return rotary_qk_eager(q, k, cos, sin, interleaved=interleaved, inplace=inplace)
     if interleaved and _complex_ok(q, k, cos):
         w = torch.complex(cos.to(q.dtype), sin.to(q.dtype))  # e^{iθ}, built once for q and k

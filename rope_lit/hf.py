@@ -6,7 +6,7 @@ Docs: https://rope-lit.github.io/rope_lit/transformers.html.md"""
 
 # %% ../nbs/06_transformers.ipynb #27ce3cef
 from __future__ import annotations
-import functools, inspect, math, os, platform, statistics, sys, threading, time, types
+import copy, functools, inspect, math, os, platform, statistics, sys, threading, time, types
 import torch
 from torch import Tensor, nn
 from .kernels import BACKENDS, select_backend
@@ -127,10 +127,20 @@ def pairing_of(
                         f"a signature rope_lit.hf does not replace{note}")
     interleaved = probe_pairing(fn, form)
     if interleaved is None:
-        raise ValueError(f"rope_lit.hf.patch: {owner}'s apply_rotary_pos_emb is neither a "
-                         "split-halves nor an adjacent-pairs rotation: rope_lit cannot stand in "
-                         "for it")
+        raise ValueError(f"rope_lit.hf.patch: {owner}'s apply_rotary_pos_emb does not rotate like either standard "
+                         "form (split halves with tables [c, c], adjacent pairs with each angle twice in place), "
+                         "e.g. because it rearranges the tables itself: rope_lit cannot stand in for it")
+    if form == 'qk' and _takes_shorter_queries(fn):
+        raise ValueError(f"rope_lit.hf.patch: {owner}'s apply_rotary_pos_emb also rotates queries of fewer "
+                         "positions than the keys, which rope_lit's rotation (one length for both) cannot stand in for")
     return form, interleaved
+
+def _takes_shorter_queries(fn)->bool:
+    "Whether `fn` runs on queries of fewer positions than the keys and their tables"
+    g = torch.Generator().manual_seed(1)
+    q, k, cos = (torch.randn(*s, generator=g) for s in ((1, 2, 2, 8), (1, 1, 5, 8), (1, 5, 8)))
+    try: fn(q, k, cos, cos.flip(-1)); return True
+    except Exception: return False   # transformers' own functions: q times tables of the keys' length fails
 
 # %% ../nbs/06_transformers.ipynb #7245a885
 def kernel_hook_status()->str:
@@ -207,6 +217,14 @@ def rewrapped(
 # %% ../nbs/06_transformers.ipynb #cdb580c5
 _SAVED = '_rope_lit_hf_saved'   # instance attribute: (slot, had it, its value before, what was put there)
 
+class _Saved(tuple):
+    "What `patch` put on a module and what was there: copied with the model, refused by pickle, which would drop it"
+    def __deepcopy__(self, memo): return _Saved(copy.deepcopy(tuple(self), memo))   # the patch follows the copy
+    def __reduce__(self):
+        raise TypeError("rope_lit.hf: a patched model cannot be pickled whole (torch.save(model)): pickle would "
+                        "restore transformers' own forward and silently drop the patch; save model.state_dict() "
+                        "and patch again after loading, or unpatch(model) first")
+
 # %% ../nbs/06_transformers.ipynb #2907d144
 def _slot(m:nn.Module, name:str)->str:
     "Where `m`'s patched forward goes: 'forward', or '_old_forward' under accelerate's hook wrapper"
@@ -232,7 +250,7 @@ def _put(model:nn.Module, plan:list)->nn.Module:
     unpatch(model)
     for m, forward, slot in plan:
         put = types.MethodType(forward, m)
-        m.__dict__[_SAVED] = (slot, slot in m.__dict__, m.__dict__.get(slot), put)
+        m.__dict__[_SAVED] = _Saved((slot, slot in m.__dict__, m.__dict__.get(slot), put))
         m.__dict__[slot] = put
     return model
 

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 from .rotation import rotary_qk as rotary_qk_eager, complex_viewable, rotate_complex
 from .rotation import check_table_rows, check_disjoint, check_qk_args, offset_rows, check_append_args
+from .rotation import table_rows, kernel_readable
 from .rotation import PositionError, check_position_dtype
 from .compiled import COMPILE_MIN_NUMEL, compile_available, rotary_qk_compiled
 from .triton_rope import tile_config, triton_rotary, rotary_qk_triton, rotary_append_triton
@@ -100,9 +101,9 @@ def rotary_qk_native(
     if ext is None or cos.requires_grad or sin.requires_grad:
         return rotary_qk_compiled(q, k, cos, sin, positions, interleaved, inplace, offset)
     if positions is not None: check_position_dtype(positions)   # C++ would read uint8 as rows, the others as a mask
-    if inplace: check_disjoint(q, k)          # the C++ check gives up on views that are not dense
     offsets, shift = (offset, 0) if isinstance(offset, Tensor) else (None, _int64(offset))
     try:
+        if inplace: check_disjoint(q, k)      # the C++ check gives up on views that are not dense
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
             qo, ko = ext.rotary_qk_autograd(q, k, cos, sin, positions, offsets, shift,
                                             bool(interleaved))
@@ -110,6 +111,10 @@ def rotary_qk_native(
         qo, ko = ext.rotary_qk_forward(q, k, cos, sin, positions, offsets, shift, bool(interleaved), False,
                                bool(inplace))
         return qo, ko
+    except RuntimeError:   # torch.func's tensors have no memory; a forward-mode tangent: the plain formula
+        if kernel_readable(q) and kernel_readable(k): raise
+        check_qk_args(q, k, cos, sin, positions, inplace)
+        return rotary_qk_eager(q, k, *table_rows(q, cos, sin, positions, offset), interleaved, inplace)
     except (TypeError, ValueError):
         check_qk_args(q, k, cos, sin, positions, inplace)   # the other backends' message, if any
         raise
@@ -157,9 +162,13 @@ def native_qk_direct(
     if ext is None: return None
     inter = bool(interleaved)
     def rotate(q:Tensor, k:Tensor, cos:Tensor, sin:Tensor)->tuple:
-        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
-            return ext.rotary_qk_autograd(q, k, cos, sin, None, None, 0, inter)
-        return ext.rotary_qk_forward(q, k, cos, sin, None, None, 0, inter, False, False)
+        try:
+            if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
+                return ext.rotary_qk_autograd(q, k, cos, sin, None, None, 0, inter)
+            return ext.rotary_qk_forward(q, k, cos, sin, None, None, 0, inter, False, False)
+        except RuntimeError:   # torch.func, forward-mode AD (see `rotary_qk_native`): the plain formula
+            if kernel_readable(q) and kernel_readable(k): raise
+            return rotary_qk_eager(q, k, cos, sin, interleaved=inter)
     return rotate
 
 # %% ../nbs/04_kernels.ipynb #2a95cff2

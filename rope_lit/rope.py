@@ -13,7 +13,7 @@ from fastcore.basics import patch
 from .frequencies import rope_frequencies
 from .rotation import (rotate_complex, complex_viewable, apply_rotary, rotary_cos_sin, apply_rotary_,
                                check_table_rows, rotary_qk, check_disjoint, PositionError,
-                               check_position_dtype)
+                               check_position_dtype, shape_is)
 # the plain functions are on the rotation page; `rope_lit.rope` offers them too
 _all_ = ['rotate_complex', 'complex_viewable', 'apply_rotary', 'rotary_cos_sin', 'apply_rotary_',
          'check_table_rows', 'rotary_qk', 'check_disjoint', 'PositionError']
@@ -267,6 +267,10 @@ def __setstate__(self:RotaryEmbedding, state:dict):
 GROW_LIMIT = 1 << 16     # the cache grows to cover at most this many positions, or twice what it holds
 MAX_POSITION = 1 << 53   # float64 holds every integer up to here exactly: an angle m·θ needs m exact
 
+def _traced_inference()->bool:
+    "Maybe inside `torch.inference_mode` in a compiled call, where `inference_mode(False)` has no effect"
+    return torch.compiler.is_compiling() and not torch.is_grad_enabled()   # (the tracer cannot ask for inference)
+
 def _check_reach(offset:int, seq:int):
     "Raise unless positions offset .. offset+seq-1 are all below 2**53"
     if offset + seq > MAX_POSITION:
@@ -285,6 +289,9 @@ def _rows(self:RotaryEmbedding, offset:int, seq:int)->tuple[Tensor, Tensor]:
     if need > len(self.cos_cached):
         if not self._dynamic and need > max(2 * len(self.cos_cached), GROW_LIMIT):
             # a far offset: its own rows, not a table of every position before it
+            rows = torch.arange(offset, need, device=self.inv_freq.device)
+            return self._scaled(*rotary_cos_sin(rows, self.inv_freq))
+        if _traced_inference():   # a table grown here would hold inference tensors: this call's rows only
             rows = torch.arange(offset, need, device=self.inv_freq.device)
             return self._scaled(*rotary_cos_sin(rows, self.inv_freq))
         grow = max(need, 2 ** math.ceil(math.log2(need)))
@@ -306,7 +313,8 @@ def _dynamic_inv_freq(self:RotaryEmbedding, length, device)->Tensor:
         work = torch.float64 if length.device.type != 'mps' else torch.float32
         s_l = (s * length.to(work) / L0 - (s - 1)).clamp(min=1)
         return theta.to(device, work) * s_l ** -steps.to(device, work)
-    s_l = max(1.0, s * length / L0 - (s - 1))                 # as `dynamic_ntk_frequencies` computes it
+    # as `dynamic_ntk_frequencies` computes it; `sym_max`, so that a traced length stays symbolic (no guard)
+    s_l = torch.sym_max(1.0, s * length / L0 - (s - 1))
     return (theta * s_l ** -steps).to(device)
 
 # %% ../nbs/02_rope.ipynb #181dc07a
@@ -314,7 +322,7 @@ def _check_positions(positions, batch:int, seq:int, name='positions'):
     "Raise unless `positions` is an int32/int64 tensor (seq,) or (batch, seq) (values: see `_check_values`)"
     if not isinstance(positions, Tensor): raise TypeError(f"{name} must be an integer torch.Tensor of shape (seq,) or (batch, seq), got {type(positions).__name__}")
     check_position_dtype(positions, name)      # uint8 and bool would index the tables as masks
-    if tuple(positions.shape) not in ((seq,), (batch, seq)):
+    if not shape_is(positions.shape, (seq,), (batch, seq)):
         raise ValueError(f"{name} must have shape (seq,) = ({seq},) or (batch, seq) = ({batch}, {seq}) matching the sequence dimension of the input, got {tuple(positions.shape)}")
 
 # %% ../nbs/02_rope.ipynb #099137ea
@@ -687,11 +695,11 @@ def _position_streams(self:RotaryEmbedding, positions, batch:int, seq:int)->Tens
     "`positions` as (streams, seq) or (streams, batch, seq), after checking their shape"
     shape = tuple(positions.shape) if isinstance(positions, Tensor) else positions
     if self.axial_2d:
-        if not isinstance(positions, Tensor) or shape not in ((seq, 2), (batch, seq, 2)):
+        if not isinstance(positions, Tensor) or not shape_is(shape, (seq, 2), (batch, seq, 2)):
             raise ValueError(f"2-D axial positions must have shape (seq, 2) = ({seq}, 2) or (batch, seq, 2) = ({batch}, {seq}, 2), "
                              f"a (row, column) pair per patch (or pass grid=(H, W)), got {shape!r}")
         return positions.movedim(-1, 0)
-    if not isinstance(positions, Tensor) or shape not in ((3, seq), (3, batch, seq)):
+    if not isinstance(positions, Tensor) or not shape_is(shape, (3, seq), (3, batch, seq)):
         raise ValueError(f"M-RoPE positions must have shape (3, seq) = (3, {seq}) or (3, batch, seq) = (3, {batch}, {seq}), "
                          f"the temporal, height and width streams, got {shape!r}")
     return positions
@@ -755,7 +763,9 @@ def _grid_cos_sin(self:RotaryEmbedding, grid, seq:int, positions, offset, device
     if key not in self._grid_tables:
         with torch.inference_mode(False), torch.no_grad():   # kept: must not be inference tensors
             where = grid_positions(*grid, device=self.inv_freq.device)
-            self._grid_tables[key] = self.stream_cos_sin(seq, where, 0, 1, None, dtype)
+            tables = self.stream_cos_sin(seq, where, 0, 1, None, dtype)
+        if _traced_inference(): return tables   # they would be inference tensors: not kept
+        self._grid_tables[key] = tables
     return self._grid_tables[key]
 
 # %% ../nbs/02_rope.ipynb #c3a5c4f9

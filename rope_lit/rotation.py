@@ -9,11 +9,12 @@ from __future__ import annotations
 import math, operator
 import torch
 from torch import Tensor
+from torch.autograd import forward_ad
 
 # %% auto #0
 __all__ = ['rotate_complex', 'complex_viewable', 'apply_rotary', 'rotary_cos_sin', 'apply_rotary_', 'PositionError',
-           'check_position_dtype', 'check_table_rows', 'rotary_qk', 'check_writable', 'check_disjoint', 'check_qk_args',
-           'offset_rows', 'check_append_args']
+           'check_position_dtype', 'shape_is', 'check_table_rows', 'rotary_qk', 'check_writable', 'check_disjoint',
+           'check_qk_args', 'offset_rows', 'table_rows', 'kernel_readable', 'check_append_args']
 
 # %% ../nbs/01a_rotation.ipynb #5d0a4546
 def _check_rotary_inputs(x, cos, sin, name='x'):
@@ -122,6 +123,13 @@ def check_position_dtype(
         raise TypeError(f"{name} must be an integer tensor of dtype int32 or int64 "
                         f"(torch reads uint8 and bool as masks), got {got}")
 
+def shape_is(
+    shape,      # a tensor's shape
+    *choices,   # the shapes it may have
+)->bool:
+    "Whether `shape` is one of `choices`: lengths first, so a traced size is compared only with its own dimension"
+    return any(len(shape) == len(c) and all(a == b for a, b in zip(shape, c)) for c in choices)
+
 # %% ../nbs/01a_rotation.ipynb #7b99655f
 def check_table_rows(
     positions:Tensor,       # integer rows into a cos/sin table
@@ -157,6 +165,8 @@ def rotary_qk(
     if positions is not None:
         check_table_rows(positions, cos.shape[-2], cos.device)
         cos, sin = cos[positions], sin[positions]
+    elif cos.shape[-2] > q.shape[2]:   # a longer table: its first rows, as the fused backends read it
+        cos, sin = cos[..., :q.shape[2], :], sin[..., :q.shape[2], :]
     if cos.ndim == 3: cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (batch, 1, seq, r/2)
     if inplace: check_disjoint(q, k)          # else shared memory would be rotated twice
     rotate = apply_rotary_ if inplace else apply_rotary
@@ -174,6 +184,23 @@ def _reaches(delta:int, dims:list)->bool|None:
     return True if True in answers else (None if None in answers else False)
 
 # %% ../nbs/01a_rotation.ipynb #f4c22d7e
+def _element_offsets(t:Tensor)->Tensor:
+    "The memory offset of every element of `t`, in elements from its first"
+    at = torch.zeros((), dtype=torch.long)
+    for n, s in zip(t.shape, t.stride()): at = at[..., None] + torch.arange(n) * s
+    return at.flatten()
+
+def _overlaps_itself(t:Tensor)->bool:
+    "Whether two elements of `t` share memory (or, past 2^24 elements, may)"
+    reach = 0   # dims by stride: each stride past everything the smaller ones reach means no overlap
+    for s, n in sorted((s, n) for n, s in zip(t.shape, t.stride()) if n > 1):
+        if s <= reach: break
+        reach += (n - 1) * s
+    else: return False
+    if t.numel() > 1 << 24: return True   # too many to list: refused rather than risked
+    at = _element_offsets(t)
+    return at.unique().numel() != at.numel()
+
 def check_writable(
     t:Tensor,   # a tensor about to be written in place
     name:str,   # what to call it in the message
@@ -186,6 +213,9 @@ def check_writable(
     if any(n > 1 and s == 0 for n, s in zip(t.shape, t.stride())):
         raise ValueError(f"{name} is an expanded view (stride 0 along a dimension of size > 1), whose elements "
                          "share memory: rotate out of place, or pass a contiguous copy")
+    if _overlaps_itself(t):
+        raise ValueError(f"{name} is a view whose elements overlap in memory (strides {tuple(t.stride())} for "
+                         f"shape {tuple(t.shape)}): rotate out of place, or pass a contiguous copy")
     if t.is_inference() and not torch.is_inference_mode_enabled():
         raise ValueError(f"{name} was made under torch.inference_mode and cannot be written in place outside it: "
                          "rotate out of place, or inside torch.inference_mode")
@@ -196,25 +226,17 @@ def check_writable(
                              "or pass a tensor of its own (e.g. a clone)") from None
 
 # %% ../nbs/01a_rotation.ipynb #b2932ac2
-def check_disjoint(
-    q:Tensor,   # written in place
-    k:Tensor,   # written in place too
-    names=('q', 'k'), # what to call them in the message
-):
-    "Raise a one-line ValueError unless `q` and `k` can both be written in place, checked before either is written"
-    for name, t in zip(names, (q, k)): check_writable(t, name)
-    if q.numel() == 0 or k.numel() == 0 or q.device != k.device or q.device.type == 'meta': return
-    if torch.compiler.is_compiling(): return                         # traced: no addresses to compare
-    if q.untyped_storage().data_ptr() != k.untyped_storage().data_ptr(): return
+def _share_memory(q:Tensor, k:Tensor)->bool:
+    "Whether an element of `q` and one of `k` are the same memory (True where it cannot tell)"
+    if q.numel() == 0 or k.numel() == 0 or q.device != k.device or q.device.type == 'meta': return False
+    if torch.compiler.is_compiling(): return False                   # traced: no addresses to compare
+    if q.untyped_storage().data_ptr() != k.untyped_storage().data_ptr(): return False
     size = q.element_size()
     last = lambda t: sum((n - 1) * s for n, s in zip(t.shape, t.stride()))   # the last element
     span = lambda t: (t.data_ptr(), t.data_ptr() + size * (last(t) + 1))
     (a0, a1), (b0, b1) = span(q), span(k)
-    if a1 <= b0 or b1 <= a0: return                                  # address ranges apart
-    message = (f"{names[0]} and {names[1]} share memory, so writing both in place would write the "
-               f"shared elements twice: pass {names[0]} and {names[1]} that do not overlap"
-               + (" (or inplace=False)" if names == ('q', 'k') else ""))
-    if k.element_size() != size or (a0 - b0) % size: raise ValueError(message)
+    if a1 <= b0 or b1 <= a0: return False                            # address ranges apart
+    if k.element_size() != size or (a0 - b0) % size: return True
     kept = lambda t: [(s, n) for n, s in zip(t.shape, t.stride()) if n > 1]
     qs, ks = kept(q), kept(k)
     answer = None
@@ -222,12 +244,20 @@ def check_disjoint(
         dims = sorted(((abs(s), -(m - 1), n - 1) for (s, n), (_, m) in zip(qs, ks)), reverse=True)
         answer = _reaches((b0 - a0) // size, dims)                   # q's element + δ = k's element
     if answer is None and q.numel() + k.numel() <= 1 << 24:          # element by element
-        def addresses(t, t0):
-            at = torch.zeros((), dtype=torch.long)
-            for s, n in kept(t): at = at[..., None] + torch.arange(n) * s
-            return at.flatten() + (t0 - a0) // size
-        answer = bool(torch.isin(addresses(q, a0), addresses(k, b0)).any())
-    if answer is not False: raise ValueError(message)
+        answer = bool(torch.isin(_element_offsets(q), _element_offsets(k) + (b0 - a0) // size).any())
+    return answer is not False
+
+def check_disjoint(
+    q:Tensor,   # written in place
+    k:Tensor,   # written in place too
+    names=('q', 'k'), # what to call them in the message
+):
+    "Raise a one-line ValueError unless `q` and `k` can both be written in place, checked before either is written"
+    for name, t in zip(names, (q, k)): check_writable(t, name)
+    if _share_memory(q, k):
+        raise ValueError(f"{names[0]} and {names[1]} share memory, so writing both in place would write the "
+                         f"shared elements twice: pass {names[0]} and {names[1]} that do not overlap"
+                         + (" (or inplace=False)" if names == ('q', 'k') else ""))
 
 # %% ../nbs/01a_rotation.ipynb #rotchk2
 def check_qk_args(q, k, cos, sin, positions, inplace):
@@ -241,7 +271,7 @@ def check_qk_args(q, k, cos, sin, positions, inplace):
     if 2 * cos.shape[-1] > q.shape[-1]: raise ValueError(f"cos has {cos.shape[-1]} columns: rotary_dim {2*cos.shape[-1]} > head_dim {q.shape[-1]}")
     if positions is not None: check_position_dtype(positions)
     (B, _, S, _) = q.shape
-    if positions is not None and tuple(positions.shape) not in ((S,), (B, S), (1, S)):
+    if positions is not None and not shape_is(positions.shape, (S,), (B, S), (1, S)):
         raise ValueError(f"positions must be (seq,) or (batch, seq) = ({S},) or ({B}, {S}), got {list(positions.shape)}")
     if positions is None and cos.shape[-2] < S:
         raise PositionError(f"cos/sin hold {cos.shape[-2]} positions but q has seq length {S}")
@@ -252,6 +282,11 @@ def offset_rows(q, cos, sin, positions, offset):
     "Fold an int `offset` into `positions` or a slice of the table; a tensor offset stays a (batch,) tensor"
     if isinstance(offset, Tensor) and offset.device.type == 'meta' and q.device.type != 'meta':
         raise ValueError(f"offset is on the meta device, which holds no values: give it on {q.device}")
+    if isinstance(offset, Tensor):   # one start per batch row, as every backend reads it
+        check_position_dtype(offset, 'offset')
+        if tuple(offset.shape) != (q.shape[0],):
+            raise ValueError(f"offset must be an int or an integer tensor of shape (batch,) = ({q.shape[0]},), "
+                             f"got shape {tuple(offset.shape)}")
     if offset is None or isinstance(offset, Tensor): return cos, sin, positions, offset
     if positions is not None:
         if not -2**62 <= offset <= 2**62:   # then int64 positions + offset cannot wrap around into a row
@@ -262,6 +297,22 @@ def offset_rows(q, cos, sin, positions, offset):
         raise PositionError(f"offset {offset}: positions {offset}..{offset + S - 1} are outside the cos/sin table "
                             f"of {cos.shape[-2]} rows")
     return cos[..., offset:offset + S, :], sin[..., offset:offset + S, :], None, None
+
+def table_rows(q, cos, sin, positions, offset)->tuple:
+    "`(cos, sin, positions)` with `offset` folded in: positions of the table, or rows for q's positions"
+    cos, sin, positions, offset = offset_rows(q, cos, sin, positions, offset)
+    if positions is None and offset is None and cos.shape[-2] > q.shape[2]:   # a longer table: its first rows
+        cos, sin = cos[..., :q.shape[2], :], sin[..., :q.shape[2], :]
+    if offset is not None:
+        positions = (positions if positions is not None
+                     else torch.arange(q.shape[2], device=q.device)) + offset[:, None]
+    return cos, sin, positions
+
+def kernel_readable(t:Tensor)->bool:
+    "Whether a fused kernel can compute with `t`: memory of its own (not a torch.func wrapper), no forward-mode tangent"
+    try: t.untyped_storage()
+    except (RuntimeError, NotImplementedError): return False
+    return forward_ad.unpack_dual(t).tangent is None
 
 # %% ../nbs/01a_rotation.ipynb #rotchk5
 def check_append_args(q, k, v, k_cache, v_cache, cos, sin, positions, offset)->tuple:
@@ -283,6 +334,11 @@ def check_append_args(q, k, v, k_cache, v_cache, cos, sin, positions, offset)->t
     if k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
         raise ValueError("the caches need a contiguous last dimension")
     check_disjoint(k_cache, v_cache, ('k_cache', 'v_cache'))   # each is written in place
+    for name, t in (('q', q), ('k', k), ('v', v)):              # read while the caches are written
+        for cache_name, cache in (('k_cache', k_cache), ('v_cache', v_cache)):
+            if _share_memory(t, cache):
+                raise ValueError(f"{name} shares memory with {cache_name}, which this call writes: "
+                                 f"pass {name} as a tensor of its own (e.g. a clone)")
     if not (isinstance(cos, Tensor) and isinstance(sin, Tensor)) or cos.shape != sin.shape:
         raise ValueError(f"sin must have the shape of cos {tuple(getattr(cos, 'shape', ()))}")
     if not (cos.dim() == 2 or (cos.dim() == 3 and positions is None
@@ -294,7 +350,7 @@ def check_append_args(q, k, v, k_cache, v_cache, cos, sin, positions, offset)->t
                          f"> head_dim {D}")
     if positions is not None:
         check_position_dtype(positions)
-        if tuple(positions.shape) not in ((S,), (1, S), (B, S)):
+        if not shape_is(positions.shape, (S,), (1, S), (B, S)):
             raise ValueError(f"positions must be (seq,) or (batch, seq) = ({S},) or ({B}, {S}), "
                              f"got {tuple(positions.shape)}")
     for name, t in (('positions', positions), ('offset', offset)):
@@ -302,8 +358,10 @@ def check_append_args(q, k, v, k_cache, v_cache, cos, sin, positions, offset)->t
             raise ValueError(f"{name} is on the meta device, which holds no values: "
                              f"give it on {q.device}")
     if isinstance(offset, Tensor):
-        if offset.is_floating_point() or offset.dtype == torch.bool or offset.numel() != B:
-            raise ValueError(f"offset must be an int or an integer tensor (batch,) = ({B},)")
+        check_position_dtype(offset, 'offset')
+        if tuple(offset.shape) != (B,):
+            raise ValueError(f"offset must be an int or an integer tensor of shape (batch,) = ({B},), "
+                             f"got shape {tuple(offset.shape)}")
         offsets, shift, first = offset, 0, offset.reshape(B).to('cpu', torch.long)  # a host read
     else:                             # an int: the same checks in plain Python, no tensors
         offsets, shift = None, operator.index(offset)

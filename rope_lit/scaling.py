@@ -141,8 +141,8 @@ def llama3_frequencies(
     max_seq_len:int|None=None,     # target context L
     factor:float|None=None,        # s (8 in Llama 3.1); default max_seq_len / original_max_seq_len
     original_max_seq_len:int|None=None, # training context L_0 (8192 in Llama 3.1); default L / s
-    low_freq_factor:float=1.0,     # ℓ: wavelengths above L_0/ℓ are divided by s
-    high_freq_factor:float=4.0,    # h: wavelengths below L_0/h are kept
+    low_freq_factor:float=1.0,     # f_lo: wavelengths above L_0/f_lo are divided by s
+    high_freq_factor:float=4.0,    # f_hi: wavelengths below L_0/f_hi are kept
 )->Tensor:                         # (d//2,) Llama 3.1's scaled frequencies
     "Llama 3.1's frequency scaling: keep short wavelengths, divide long ones by s, blend between"
     s, L0 = _scale_and_original(max_seq_len, factor, original_max_seq_len, 'llama3',

@@ -235,15 +235,17 @@ class _SmoothedLoss(torch.autograd.Function):
     def forward(ctx, z, target, eps):
         grad = torch.empty_like(z)
         loss = native_loss().smoothed_ce_rows(z, target, eps, PAD, grad)   # ∂ℓ/∂z into grad
-        ctx.grad, ctx.scale = grad, 1.0   # kept on ctx: backward scales it in place
+        ctx.grad = grad                   # kept on ctx until backward
         return loss.sum()
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g):
-        if ctx.scale != 1.0: return ctx.grad * (g / ctx.scale), None, None   # a second backward pass
-        ctx.scale = g.item() or 1.0   # the first: no new (tokens × vocabulary) tensor
-        return (ctx.grad.mul_(g) if ctx.scale != 1.0 else ctx.grad * g), None, None
+        grad, ctx.grad = ctx.grad, None   # handed over, scaled in place: no new (tokens × vocabulary) tensor
+        if grad is None:
+            raise RuntimeError("fast_smoothed_loss: its gradient went to the first backward pass; for a second one "
+                               "(retain_graph=True) use smoothed_loss")
+        return (grad if g.item() == 1.0 else grad.mul_(g)), None, None
 
 # %% ../../nbs/11a_mt_fast.ipynb #8a725d26
 def fast_smoothed_loss(
@@ -336,6 +338,13 @@ class IncrementalDecoder:
         if max_len - 1 > model.max_len:
             raise PositionError(f"max_len={max_len} needs target positions up to {max_len - 2}, "
                              f"beyond the model's max_len={model.max_len}")
+        rows, src = memory.shape[0], memory.shape[1]   # the one mask shape both steps read the same way
+        if not (isinstance(memory_mask, Tensor) and memory_mask.dtype == torch.bool
+                and tuple(memory_mask.shape) == (rows, 1, 1, src)):
+            got = (f"{memory_mask.dtype} {tuple(memory_mask.shape)}" if isinstance(memory_mask, Tensor)
+                   else type(memory_mask).__name__)
+            raise ValueError(f"memory_mask must be a bool tensor of shape (rows, 1, 1, src_len) = "
+                             f"{(rows, 1, 1, src)}, as `encode` returns it, got {got}")
         self.model, self.dtype, self.max_len, self.t = model, dtype, max_len, 0
         weights = DecodingWeights(model, dtype) if weights is None else weights
         self.layers, self.final = weights.layers, weights.final
@@ -356,6 +365,9 @@ class IncrementalDecoder:
             # the self-attention's keys and values, all positions
             self.kv.append(memory.new_empty(2, rows, self.h, max_len - 1, self.dk, dtype=self.work))
         self._attach_native(native)   # `native`: True if the C++ step does the work
+        self._rotaries = [r for l in model.decoder for r in (l.self_attn.rotary, l.cross_attn.rotary)
+                          if r is not None]
+        self._rope_state = _rope_state(self._rotaries)   # the settings the cross keys and C++ tables were made with
 
     def _heads(self, y:Tensor)->Tensor:   # (rows, len, d_model) → (rows, h, len, dk)
         return y.unflatten(-1, (self.h, self.dk)).transpose(1, 2)
@@ -368,6 +380,10 @@ def _rope_config(r)->tuple|None:
     if r is None: return None
     return (r.rotary_dim, r.interleaved, r.pair_streams is None, r.scaling, r.attention_factor,
             tuple(r.inv_freq.tolist()))
+
+def _rope_state(rotaries:list)->list:
+    "The settings of the decoder's rotary embeddings (about 2 µs each): a changed one shows here"
+    return [(r.rotary_dim, r.interleaved, r.scaling, r.attention_factor, r.inv_freq.tolist()) for r in rotaries]
 
 # %% ../../nbs/11a_mt_fast.ipynb #0e05d3fe
 def _native_unfit(dec)->str|None:
@@ -453,6 +469,9 @@ def step(self:IncrementalDecoder,
         raise ValueError(f"tokens must be a (rows,) = ({rows},) int32 or int64 tensor, got {got}")
     if t >= self.max_len - 1:
         raise PositionError(f"all {self.max_len - 1} steps of max_len={self.max_len} are used")
+    if _rope_state(self._rotaries) != self._rope_state:   # rotated cross keys and C++ tables would be stale
+        raise ValueError("the model's rotary settings changed after this IncrementalDecoder was made: "
+                         "make a new one (start_decoding)")
     if self.native:   # the same step in one C++ call (below)
         tables = self._tables or self._native_tables(t + 1)   # rows 0 .. t at least
         logits = self._native.step(tokens.long(), t, *tables)

@@ -249,7 +249,11 @@ class CachedDecoder:
         self.t += 1
         return logits[:, -1]
     def reorder(self, rows:Tensor):          # row i continues the history of row rows[i]
+        n = self.memory.shape[0]
+        if not (_is_ids(rows) and rows.ndim == 1 and (not len(rows) or 0 <= rows.min() <= rows.max() < n)):
+            raise IndexError(f"rows must be a 1-D int32 or int64 tensor of rows in [0, {n})")
         for sc, cc in self.cache: sc.reorder(rows); cc.reorder(rows)
+        self.memory, self.mask = self.memory[rows], self.mask[rows]   # each row keeps its own source
 
 # %% ../../nbs/11_mt_model.ipynb #4902ee6e
 @patch
