@@ -122,7 +122,7 @@ def rotary_qk_compiled(
         cos, sin = cos[positions], sin[positions]
     # traced by an outer compiler (or cos/sin need gradients): the plain formula
     if (cos.requires_grad or sin.requires_grad or torch.compiler.is_compiling()
-            or not (kernel_readable(q) and kernel_readable(k))):   # torch.func, forward-mode AD
+            or not all(map(kernel_readable, (q, k, cos, sin)))):   # torch.func, forward-mode AD
         return rotary_qk_eager(q, k, cos, sin, interleaved=interleaved, inplace=inplace)
     if interleaved and _complex_ok(q, k, cos):
         w = torch.complex(cos.to(q.dtype), sin.to(q.dtype))  # e^{iθ}, built once for q and k

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 from .rotation import rotary_qk as rotary_qk_eager, complex_viewable, rotate_complex
 from .rotation import check_table_rows, check_disjoint, check_qk_args, offset_rows, check_append_args
-from .rotation import table_rows, kernel_readable
+from .rotation import table_rows, kernel_readable, check_caches_apart, check_offset_tensor
 from .rotation import PositionError, check_position_dtype
 from .compiled import COMPILE_MIN_NUMEL, compile_available, rotary_qk_compiled
 from .triton_rope import tile_config, triton_rotary, rotary_qk_triton, rotary_append_triton
@@ -101,6 +101,7 @@ def rotary_qk_native(
     if ext is None or cos.requires_grad or sin.requires_grad:
         return rotary_qk_compiled(q, k, cos, sin, positions, interleaved, inplace, offset)
     if positions is not None: check_position_dtype(positions)   # C++ would read uint8 as rows, the others as a mask
+    if isinstance(offset, Tensor): check_offset_tensor(offset, q.shape[0])
     offsets, shift = (offset, 0) if isinstance(offset, Tensor) else (None, _int64(offset))
     try:
         if inplace: check_disjoint(q, k)      # the C++ check gives up on views that are not dense
@@ -112,7 +113,7 @@ def rotary_qk_native(
                                bool(inplace))
         return qo, ko
     except RuntimeError:   # torch.func's tensors have no memory; a forward-mode tangent: the plain formula
-        if kernel_readable(q) and kernel_readable(k): raise
+        if all(map(kernel_readable, (q, k, cos, sin))): raise
         check_qk_args(q, k, cos, sin, positions, inplace)
         return rotary_qk_eager(q, k, *table_rows(q, cos, sin, positions, offset), interleaved, inplace)
     except (TypeError, ValueError):
@@ -167,7 +168,7 @@ def native_qk_direct(
                 return ext.rotary_qk_autograd(q, k, cos, sin, None, None, 0, inter)
             return ext.rotary_qk_forward(q, k, cos, sin, None, None, 0, inter, False, False)
         except RuntimeError:   # torch.func, forward-mode AD (see `rotary_qk_native`): the plain formula
-            if kernel_readable(q) and kernel_readable(k): raise
+            if all(map(kernel_readable, (q, k, cos, sin))): raise
             return rotary_qk_eager(q, k, cos, sin, interleaved=inter)
     return rotate
 
@@ -251,9 +252,10 @@ def rotary_append_native(
     if ext is None:                  # not buildable here: rotate, then copy
         return rotary_append_eager(q, k, v, k_cache, v_cache, cos, sin, offset, positions,
                                    interleaved, rotate=rotary_qk_native)
-    if isinstance(k_cache, Tensor) and isinstance(v_cache, Tensor):   # C++ gives up on strided views
-        check_disjoint(k_cache, v_cache, ('k_cache', 'v_cache'))
+    if all(isinstance(t, Tensor) and t.dim() == 4 for t in (q, k, v, k_cache, v_cache)):
+        check_caches_apart(q, k, v, k_cache, v_cache)   # C++ gives up on strided views, and reads no aliases
     if positions is not None: check_position_dtype(positions)   # int32 or int64, as for every backend
+    if isinstance(offset, Tensor) and isinstance(q, Tensor): check_offset_tensor(offset, q.shape[0])
     offsets, shift = (offset, 0) if isinstance(offset, Tensor) else (None, _int64(offset))
     return ext.rotary_append(q, k, v, k_cache, v_cache, cos, sin, positions, offsets, shift,
                              bool(interleaved))

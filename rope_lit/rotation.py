@@ -14,7 +14,8 @@ from torch.autograd import forward_ad
 # %% auto #0
 __all__ = ['rotate_complex', 'complex_viewable', 'apply_rotary', 'rotary_cos_sin', 'apply_rotary_', 'PositionError',
            'check_position_dtype', 'shape_is', 'check_table_rows', 'rotary_qk', 'check_writable', 'check_disjoint',
-           'check_qk_args', 'offset_rows', 'table_rows', 'kernel_readable', 'check_append_args']
+           'check_caches_apart', 'check_qk_args', 'check_offset_tensor', 'offset_rows', 'table_rows', 'kernel_readable',
+           'check_append_args']
 
 # %% ../nbs/01a_rotation.ipynb #5d0a4546
 def _check_rotary_inputs(x, cos, sin, name='x'):
@@ -259,6 +260,15 @@ def check_disjoint(
                          f"shared elements twice: pass {names[0]} and {names[1]} that do not overlap"
                          + (" (or inplace=False)" if names == ('q', 'k') else ""))
 
+def check_caches_apart(q:Tensor, k:Tensor, v:Tensor, k_cache:Tensor, v_cache:Tensor):
+    "Raise a one-line ValueError unless the caches can be written in place while q, k and v are read"
+    check_disjoint(k_cache, v_cache, ('k_cache', 'v_cache'))
+    for name, t in (('q', q), ('k', k), ('v', v)):
+        for cache_name, cache in (('k_cache', k_cache), ('v_cache', v_cache)):
+            if _share_memory(t, cache):
+                raise ValueError(f"{name} shares memory with {cache_name}, which this call writes: "
+                                 f"pass {name} as a tensor of its own (e.g. a clone)")
+
 # %% ../nbs/01a_rotation.ipynb #rotchk2
 def check_qk_args(q, k, cos, sin, positions, inplace):
     "Raise a one-line error unless q, k, cos, sin and positions fit the `rotary_qk` contract of the fused backends"
@@ -278,15 +288,18 @@ def check_qk_args(q, k, cos, sin, positions, inplace):
     if inplace: check_disjoint(q, k)        # shared memory would be rotated twice
 
 # %% ../nbs/01a_rotation.ipynb #51d04c63
+def check_offset_tensor(offset:Tensor, batch:int):
+    "Raise unless a tensor `offset` is one int32/int64 start per batch row, as every backend reads it"
+    check_position_dtype(offset, 'offset')
+    if tuple(offset.shape) != (batch,):
+        raise ValueError(f"offset must be an int or an integer tensor of shape (batch,) = ({batch},), "
+                         f"got shape {tuple(offset.shape)}")
+
 def offset_rows(q, cos, sin, positions, offset):
     "Fold an int `offset` into `positions` or a slice of the table; a tensor offset stays a (batch,) tensor"
     if isinstance(offset, Tensor) and offset.device.type == 'meta' and q.device.type != 'meta':
         raise ValueError(f"offset is on the meta device, which holds no values: give it on {q.device}")
-    if isinstance(offset, Tensor):   # one start per batch row, as every backend reads it
-        check_position_dtype(offset, 'offset')
-        if tuple(offset.shape) != (q.shape[0],):
-            raise ValueError(f"offset must be an int or an integer tensor of shape (batch,) = ({q.shape[0]},), "
-                             f"got shape {tuple(offset.shape)}")
+    if isinstance(offset, Tensor): check_offset_tensor(offset, q.shape[0])
     if offset is None or isinstance(offset, Tensor): return cos, sin, positions, offset
     if positions is not None:
         if not -2**62 <= offset <= 2**62:   # then int64 positions + offset cannot wrap around into a row
@@ -333,12 +346,7 @@ def check_append_args(q, k, v, k_cache, v_cache, cos, sin, positions, offset)->t
                         + ", ".join(str(t.dtype) for t in (q, k, v, k_cache, v_cache)))
     if k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
         raise ValueError("the caches need a contiguous last dimension")
-    check_disjoint(k_cache, v_cache, ('k_cache', 'v_cache'))   # each is written in place
-    for name, t in (('q', q), ('k', k), ('v', v)):              # read while the caches are written
-        for cache_name, cache in (('k_cache', k_cache), ('v_cache', v_cache)):
-            if _share_memory(t, cache):
-                raise ValueError(f"{name} shares memory with {cache_name}, which this call writes: "
-                                 f"pass {name} as a tensor of its own (e.g. a clone)")
+    check_caches_apart(q, k, v, k_cache, v_cache)
     if not (isinstance(cos, Tensor) and isinstance(sin, Tensor)) or cos.shape != sin.shape:
         raise ValueError(f"sin must have the shape of cos {tuple(getattr(cos, 'shape', ()))}")
     if not (cos.dim() == 2 or (cos.dim() == 3 and positions is None
@@ -358,10 +366,7 @@ def check_append_args(q, k, v, k_cache, v_cache, cos, sin, positions, offset)->t
             raise ValueError(f"{name} is on the meta device, which holds no values: "
                              f"give it on {q.device}")
     if isinstance(offset, Tensor):
-        check_position_dtype(offset, 'offset')
-        if tuple(offset.shape) != (B,):
-            raise ValueError(f"offset must be an int or an integer tensor of shape (batch,) = ({B},), "
-                             f"got shape {tuple(offset.shape)}")
+        check_offset_tensor(offset, B)
         offsets, shift, first = offset, 0, offset.reshape(B).to('cpu', torch.long)  # a host read
     else:                             # an int: the same checks in plain Python, no tensors
         offsets, shift = None, operator.index(offset)

@@ -13,6 +13,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 from .rotation import rotary_qk as rotary_qk_eager, check_qk_args, offset_rows, check_append_args
+from .rotation import kernel_readable
 try:
     import triton
     import triton.language as tl
@@ -228,8 +229,8 @@ def rotary_qk_triton(
     "Rotate `q` and `k` with one fused Triton launch, differentiable"
     check_qk_args(q, k, cos, sin, positions, inplace)
     cos, sin, positions, offset = offset_rows(q, cos, sin, positions, offset)
-    if (q.dtype == torch.float64 or k.dtype == torch.float64
-        or cos.requires_grad or sin.requires_grad):   # not for the kernel: the reference
+    if (q.dtype == torch.float64 or k.dtype == torch.float64 or cos.requires_grad or sin.requires_grad
+            or not all(map(kernel_readable, (q, k, cos, sin)))):   # the reference (also torch.func, forward AD)
         if offset is not None:
             positions = (positions if positions is not None
                          else torch.arange(q.shape[2], device=q.device)) + offset[:, None]

@@ -142,8 +142,9 @@ static std::vector<Tensor> rotate(const Tensor& q_in, const Tensor& k_in, const 
                                   bool conjugate, bool inplace) {
   // a forward-mode tangent (level 0, the one PyTorch's own formulas read) would be dropped: the caller
   // catches this error and takes the plain formula, which carries it
-  TORCH_CHECK(!q_in._fw_grad(0).defined() && !k_in._fw_grad(0).defined(),
-              "rope_lit: q or k carries a forward-mode tangent, which the native kernel does not compute");
+  TORCH_CHECK(!q_in._fw_grad(0).defined() && !k_in._fw_grad(0).defined() && !cos_in._fw_grad(0).defined()
+                  && !sin_in._fw_grad(0).defined(),
+              "rope_lit: q, k, cos or sin carries a forward-mode tangent, which the native kernel does not compute");
   TORCH_CHECK_VALUE(q_in.dim() == 4,
                     "q must be a 4-d tensor (batch, heads, seq, head_dim), got ", q_in.sizes());
   TORCH_CHECK_VALUE(k_in.dim() == 4,

@@ -127,6 +127,9 @@ def dropout_add(
     "Dropout of `x` (plus a bias, after a ReLU) plus `residual` in one pass on the CPU; no stored mask"
     if relu and residual is not None: raise ValueError("relu=True takes no residual")
     if not 0.0 <= p <= 1.0: raise ValueError(f"p must be in [0, 1], got {p!r}")
+    if x.ndim == 0: raise ValueError("x must have at least one dimension, got a 0-d tensor")
+    if residual is not None and residual.shape != x.shape:   # as the native kernel adds it: no broadcasting
+        raise ValueError(f"residual must have x's shape {tuple(x.shape)}, got {tuple(residual.shape)}")
     if bias is not None and (bias.ndim != 1 or bias.shape[0] != x.shape[-1]):
         raise ValueError(f"bias must have shape ({x.shape[-1]},) (x's last size), "
                          f"got {tuple(bias.shape)}")
@@ -338,13 +341,14 @@ class IncrementalDecoder:
         if max_len - 1 > model.max_len:
             raise PositionError(f"max_len={max_len} needs target positions up to {max_len - 2}, "
                              f"beyond the model's max_len={model.max_len}")
-        rows, src = memory.shape[0], memory.shape[1]   # the one mask shape both steps read the same way
+        rows, src = memory.shape[0], memory.shape[1]   # one mask shape, which both steps read the same way
         if not (isinstance(memory_mask, Tensor) and memory_mask.dtype == torch.bool
-                and tuple(memory_mask.shape) == (rows, 1, 1, src)):
+                and tuple(memory_mask.shape) in ((rows, 1, 1, src), (1, 1, 1, src))):
             got = (f"{memory_mask.dtype} {tuple(memory_mask.shape)}" if isinstance(memory_mask, Tensor)
                    else type(memory_mask).__name__)
             raise ValueError(f"memory_mask must be a bool tensor of shape (rows, 1, 1, src_len) = "
-                             f"{(rows, 1, 1, src)}, as `encode` returns it, got {got}")
+                             f"{(rows, 1, 1, src)}, as `encode` returns it (or one row for all), got {got}")
+        memory_mask = memory_mask.expand(rows, 1, 1, src)
         self.model, self.dtype, self.max_len, self.t = model, dtype, max_len, 0
         weights = DecodingWeights(model, dtype) if weights is None else weights
         self.layers, self.final = weights.layers, weights.final
