@@ -295,18 +295,21 @@ def eval_loss(
     batch_size:int=8,      # windows per forward pass
 )->float:                  # mean next-character cross-entropy (nats), all positions of all windows
     "Mean cross-entropy of `model` on non-overlapping windows from the start of `val_ids`"
-    n_windows = min(eval_tokens, len(val_ids) - 1) // context
-    if n_windows < 1:
+    n = min(eval_tokens, len(val_ids) - 1)   # characters predicted: the same ones at every L
+    if n < context:
         raise ValueError(f"need at least context + 1 = {context + 1} validation tokens "
                          f"within eval_tokens, got {min(eval_tokens, len(val_ids))}")
     model.eval()
-    windows = torch.stack([val_ids[i * context:(i + 1) * context + 1] for i in range(n_windows)])
+    full = n // context
+    windows = torch.stack([val_ids[i * context:(i + 1) * context + 1] for i in range(full)])
+    chunks = list(windows.split(batch_size))
+    if n % context: chunks.append(val_ids[full * context:n + 1][None])   # the rest: a shorter last window
     total = 0.0
-    for chunk in windows.split(batch_size):
+    for chunk in chunks:
         logits = model(chunk[:, :-1])
         total += F.cross_entropy(logits.flatten(0, 1).float(), chunk[:, 1:].flatten(),
                                  reduction='sum').item()
-    return total / (n_windows * context)
+    return total / n
 
 # %% ../nbs/14_char_lm.ipynb #91df6c5b
 SETTINGS = {

@@ -217,7 +217,8 @@ def chrf_statistics(
     out = []
     for h, g in zip(extract_all_char_ngrams(prepare(hypothesis), metric.char_order, metric.whitespace),
                     extract_all_char_ngrams(prepare(reference), metric.char_order, metric.whitespace)):
-        out += [sum(h.values()), sum(g.values()), sum(min(k, g[ngram]) for ngram, k in h.items())]
+        # an order the reference has no n-gram of counts no hypothesis n-grams either, as in sacreBLEU
+        out += [sum(h.values()) if g else 0, sum(g.values()), sum(min(k, g[ngram]) for ngram, k in h.items())]
     return out
 
 # %% ../nbs/16_significance.ipynb #00000021

@@ -153,7 +153,7 @@ def run_command(args: argparse.Namespace) -> dict | list:
     averaged = [epoch_number(f) for f in epoch_weights(args.run_dir)[-average:]] if average else None
     model, tok, cfg = load_model(args.run_dir, args.device, average)
     if args.command == 'translate':
-        sents = args.sentences or [l.rstrip('\n') for l in sys.stdin if l.strip()]
+        sents = args.sentences or [l.rstrip('\r\n') for l in sys.stdin]   # one line out per line in, blank too
         return translate(
             model,
             tok,
