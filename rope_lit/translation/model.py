@@ -253,8 +253,9 @@ class CachedDecoder:
         if not (_is_ids(rows) and rows.ndim == 1 and (not len(rows) or 0 <= rows.min() <= rows.max() < n)):
             raise IndexError(f"rows must be a 1-D int32 or int64 tensor of rows in [0, {n})")
         for sc, cc in self.cache: sc.reorder(rows); cc.reorder(rows)
-        self.memory = self.memory[rows]                     # each row keeps its own source and padding
-        if self.mask.shape[0] == n: self.mask = self.mask[rows]   # (one mask row for all: it stays)
+        if self.t == 0 or len(rows) != n:   # once cached, the memory's keys and values move with the caches
+            self.memory = self.memory[rows]   # (afterwards `decode` reads only its shape): no copy per beam step
+        if self.mask.shape[0] == n: self.mask = self.mask[rows]   # each row keeps its source's padding
 
 # %% ../../nbs/11_mt_model.ipynb #4902ee6e
 @patch
