@@ -12,10 +12,28 @@ import torch.nn.functional as F
 from torch import nn, Tensor
 from fastcore.basics import patch
 from .rope import RotaryEmbedding
+from .rotation import check_position_dtype
 
 # %% auto #0
-__all__ = ['KVCache', 'padding_mask', 'causal_mask', 'RotaryMultiHeadAttention', 'convert_qk_pairing', 'alibi_slopes',
-           'alibi_bias']
+__all__ = ['check_rows', 'KVCache', 'padding_mask', 'causal_mask', 'RotaryMultiHeadAttention', 'convert_qk_pairing',
+           'alibi_slopes', 'alibi_bias']
+
+# %% ../nbs/03_attention.ipynb #5037e894
+def check_rows(
+    rows,                 # batch-row indices, as beam search hands them over
+    n:int|None,           # how many rows there are to pick from (None: none yet, so any)
+    name:str='rows',      # what to call it in the message
+    length:int|None=None, # how many indices it must hold (None: any number)
+):
+    "Raise a one-line error unless `rows` is a 1-D int32 or int64 tensor of indices in [0, n)"
+    check_position_dtype(rows, name)
+    if rows.ndim != 1 or (length is not None and rows.shape[0] != length):
+        want = 'a 1-D tensor' if length is None else f'a ({length},) tensor'
+        raise ValueError(f"{name} must be {want} of row indices, got shape {list(rows.shape)}")
+    if n is None or not rows.numel(): return
+    lo, hi = (int(v) for v in torch.aminmax(rows))         # one read of two numbers
+    if lo < 0 or hi >= n:
+        raise IndexError(f"{name} must be row indices in [0, {n}), got {lo if lo < 0 else hi}")
 
 # %% ../nbs/03_attention.ipynb #019af40d
 class KVCache:
@@ -66,12 +84,8 @@ class KVCache:
 
     def reorder(self, indices:Tensor)->KVCache:
         "Keep batch rows `indices` (beam search): row i of the result is row indices[i]; in place"
-        if not isinstance(indices, Tensor) or indices.ndim != 1 or indices.dtype not in (torch.int32, torch.int64):
-            raise TypeError("indices must be a 1-D int32 or int64 tensor of batch rows")
         rows = next((t.shape[0] for t in (self._k, *(self.memory or ())) if t is not None), None)
-        if rows is not None and len(indices) and not (0 <= int(indices.min()) and int(indices.max()) < rows):
-            raise IndexError(f"indices must be batch rows of the cache, in [0, {rows}): got "
-                             f"{int(indices.min()) if int(indices.min()) < 0 else int(indices.max())}")
+        check_rows(indices, rows, 'indices')   # below: no wrapping round from the end, no masks
         if self._k is not None:
             self._k = self._k.index_select(0, indices.to(self._k.device))
             self._v = self._v.index_select(0, indices.to(self._v.device))

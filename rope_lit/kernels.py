@@ -257,8 +257,13 @@ def rotary_append_native(
     if positions is not None: check_position_dtype(positions)   # int32 or int64, as for every backend
     if isinstance(offset, Tensor) and isinstance(q, Tensor): check_offset_tensor(offset, q.shape[0])
     offsets, shift = (offset, 0) if isinstance(offset, Tensor) else (None, _int64(offset))
-    return ext.rotary_append(q, k, v, k_cache, v_cache, cos, sin, positions, offsets, shift,
-                             bool(interleaved))
+    try:
+        return ext.rotary_append(q, k, v, k_cache, v_cache, cos, sin, positions, offsets, shift,
+                                 bool(interleaved))
+    except RuntimeError:   # a forward-mode tangent, or torch.func's tensors: rotate, then copy
+        if all(map(kernel_readable, (q, k, v, k_cache, v_cache, cos, sin))): raise
+        return rotary_append_eager(q, k, v, k_cache, v_cache, cos, sin, offset, positions,
+                                   interleaved, rotate=rotary_qk_native)
 
 # %% ../nbs/04_kernels.ipynb #89b7b58a
 def _native_append_impl(q:Tensor, k:Tensor, v:Tensor, k_cache:Tensor, v_cache:Tensor, cos:Tensor,
@@ -294,5 +299,8 @@ def rotary_append(
                                                        offsets, shift, bool(interleaved))
     if not grad and not torch.compiler.is_compiling():   # the kernels have no autograd
         if fn is rotary_qk_native: return rotary_append_native(*args)
-        if fn is rotary_qk_triton and q.dtype != torch.float64: return rotary_append_triton(*args)
+        if fn is rotary_qk_triton and q.dtype != torch.float64:
+            try: return rotary_append_triton(*args)
+            except RuntimeError:          # a forward-mode tangent or torch.func tensor: the plain formula
+                if all(map(kernel_readable, (q, k, v, k_cache, v_cache, cos, sin))): raise
     return rotary_append_eager(*args, rotate=fn)

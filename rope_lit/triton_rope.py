@@ -312,6 +312,9 @@ def rotary_append_triton(
 )->Tensor:                           # q rotated (a new tensor)
     "Rotate-and-append in one Triton launch (no autograd); a tensor `offset` is checked on the host"
     offsets, shift = check_append_args(q, k, v, k_cache, v_cache, cos, sin, positions, offset)
+    if not all(map(kernel_readable, (q, k, v, k_cache, v_cache, cos, sin))):   # `rotary_append` catches it
+        raise RuntimeError("rope_lit: a forward-mode tangent or torch.func tensor, which the Triton kernel "
+                           "does not compute: call rotary_append, which takes the plain formula")
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     cos, sin = cos.contiguous(), sin.contiguous()
     B, HQ, S, D = q.shape

@@ -382,6 +382,11 @@ Tensor rotary_append(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
                      const Tensor& sin_in, const OptTensor& positions, const OptTensor& offsets,
                      int64_t offset, bool interleaved) {
   pybind11::gil_scoped_release no_gil;
+  // as in `rotate`: a forward-mode tangent would be dropped (the caches' too); the caller takes the
+  // plain formula, which carries it
+  for (const Tensor* t : {&q_in, &k_in, &v_in, &k_cache, &v_cache, &cos_in, &sin_in})
+    TORCH_CHECK(!t->_fw_grad(0).defined(), "rope_lit: q, k, v, a cache, cos or sin carries a "
+                "forward-mode tangent, which the native kernel does not compute");
   for (const Tensor* t : {&q_in, &k_in, &v_in, &k_cache, &v_cache})
     TORCH_CHECK_VALUE(t->dim() == 4, "q, k, v and the caches must be 4-d tensors, got ",
                       t->sizes());

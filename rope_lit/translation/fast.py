@@ -10,7 +10,7 @@ import contextlib, math
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 from fastcore.basics import patch
-from ..attention import RotaryMultiHeadAttention
+from ..attention import RotaryMultiHeadAttention, check_rows
 from ..rotation import PositionError
 from ..kernels import rotary_append, CPU_KERNEL_PATH
 from ..cpp_build import native_extension, native_possible, cpp_parts
@@ -517,12 +517,7 @@ def reorder(self:IncrementalDecoder,
     memory:bool=False,  # also move the cross-attention keys/values (rows from different sources)
 ):
     "Make row i continue the history of row `rows[i]` (beam search)"
-    ok = isinstance(rows, Tensor) and rows.dtype in (torch.int32, torch.int64)   # torch reads uint8 as a mask
-    if not ok or tuple(rows.shape) != (self.rows,):
-        raise ValueError(f"rows must be a (rows,) = ({self.rows},) int32 or int64 tensor of row indices")
-    lo, hi = (int(v) for v in torch.aminmax(rows))
-    if not 0 <= lo <= hi < self.rows:              # no wrapping round from the end, as KVCache.reorder
-        raise IndexError(f"rows must be row indices in [0, {self.rows}), got {lo if lo < 0 else hi}")
+    check_rows(rows, self.rows, length=self.rows)   # no wrapping round from the end, no masks
     for kv in self.kv: kv[:, :, :, :self.t] = kv[:, rows, :, :self.t]
     if memory:
         self.cross = [(k[rows], v[rows]) for k, v in self.cross]

@@ -10,7 +10,7 @@ import math
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 from fastcore.basics import patch
-from ..attention import RotaryMultiHeadAttention, KVCache
+from ..attention import RotaryMultiHeadAttention, KVCache, check_rows
 from ..rotation import PositionError
 from .data import PAD, BOS, EOS
 
@@ -250,8 +250,7 @@ class CachedDecoder:
         return logits[:, -1]
     def reorder(self, rows:Tensor):          # row i continues the history of row rows[i]
         n = self.memory.shape[0]
-        if not (_is_ids(rows) and rows.ndim == 1 and (not len(rows) or 0 <= rows.min() <= rows.max() < n)):
-            raise IndexError(f"rows must be a 1-D int32 or int64 tensor of rows in [0, {n})")
+        check_rows(rows, n)
         for sc, cc in self.cache: sc.reorder(rows); cc.reorder(rows)
         if self.t == 0 or len(rows) != n:   # once cached, the memory's keys and values move with the caches
             self.memory = self.memory[rows]   # (afterwards `decode` reads only its shape): no copy per beam step
