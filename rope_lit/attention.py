@@ -109,6 +109,9 @@ def append_rotated(self:KVCache,
 )->tuple[Tensor, Tensor, Tensor]: # q rotated, all keys and all values so far
     "Rotate `q` and `k` at their positions and store `k`, `v`, in one pass"
     from rope_lit.kernels import rotary_append
+    if rotary.pair_streams is not None:   # M-RoPE, 2-D: positions per stream; the module rotates, then a copy
+        q, k = rotary(q, k, positions=positions, offset=offset)
+        return (q, *self.append(k, v))
     cos, sin = rotary.cos_sin(q.shape[2], positions, offset, q.shape[0], q.device, q.dtype)
     if cos.ndim == 2: cos, sin = cos[None], sin[None]     # (1, new, r/2): rows of the new tokens
     need = self._reserve(k, v)

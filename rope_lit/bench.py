@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from .frequencies import rope_frequencies
 from .cli_args import check_private
+from .cpp_build import cpu_info
 from .kernels import select_backend, rotary_append_native, rotary_qk_native
 from .rope import rotary_qk as rotary_qk_eager, rotary_cos_sin
 
@@ -283,9 +284,7 @@ def hardware(device:str)->dict:
     def v(p):
         try: return version(p)
         except PackageNotFoundError: return None
-    cpu = platform.processor() or platform.machine()
-    try: cpu = next(l.split(':', 1)[1].strip() for l in open('/proc/cpuinfo') if l.startswith('model name'))
-    except Exception: pass
+    cpu, flags = cpu_info()
     meta = dict(device=device, cpu=f"{cpu}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}",
                 date=datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'),
                 command=' '.join(['rope-lit-bench' if sys.argv[0] in ('-c', '') else Path(sys.argv[0]).name] + sys.argv[1:]), python=platform.python_version(),
@@ -293,10 +292,7 @@ def hardware(device:str)->dict:
     if hasattr(os, 'getloadavg'): meta['load_average_at_start'] = os.getloadavg()
     if device == 'cuda': meta['gpu'] = torch.cuda.get_device_name()
     else: meta['GLIBC_TUNABLES'] = os.environ.get('GLIBC_TUNABLES')   # the allocator's setting (see below)
-    try:
-        flags = set(next(l for l in open('/proc/cpuinfo') if l.startswith('flags')).split(':', 1)[1].split())
-        meta['cpu_features'] = [f for f in ('avx2', 'fma', 'avx512f', 'avx512_bf16', 'amx_bf16') if f in flags]
-    except Exception: pass
+    if flags: meta['cpu_features'] = [f for f in ('avx2', 'fma', 'avx512f', 'avx512_bf16', 'amx_bf16') if f in flags]
     return meta
 
 # %% ../nbs/04a_benchmark.ipynb #7f439ab7

@@ -17,6 +17,7 @@ from .rope import RotaryEmbedding
 from .scaling import yarn_attention_factor
 from .frequencies import rope_frequencies
 from .cli_args import atomic_write, load_checkpoint, check_private
+from .cpp_build import cpu_info
 
 # %% auto #0
 __all__ = ['REPO_ROOT', 'TINY_SHAKESPEARE_URL', 'TINY_SHAKESPEARE_SHA256', 'TINY_SHAKESPEARE', 'POSITIONS', 'VARIANTS',
@@ -509,15 +510,10 @@ def plot_results(
     if path is not None: fig.savefig(path, dpi=150)
     return fig
 
-# %% ../nbs/14_char_lm.ipynb #86795f16
-def _cpu_name()->str:
-    try: return next(l.split(':', 1)[1].strip() for l in open('/proc/cpuinfo') if l.startswith('model name'))
-    except (OSError, StopIteration): return platform.processor() or platform.machine()
-
 # %% ../nbs/14_char_lm.ipynb #b23e156f
 def provenance(argv)->dict:
     return dict(command='rope-lit-lm ' + ' '.join(argv), date=datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'),
-                hardware=f"{_cpu_name()} ({platform.machine()}, {os.cpu_count()} cores, {platform.system()}), torch {torch.__version__}, {torch.get_num_threads()} thread(s), no GPU" if not torch.cuda.is_available() else f"{_cpu_name()} + {torch.cuda.get_device_name()}")
+                hardware=f"{cpu_info()[0]} ({platform.machine()}, {os.cpu_count()} cores, {platform.system()}), torch {torch.__version__}, {torch.get_num_threads()} thread(s), no GPU" if not torch.cuda.is_available() else f"{cpu_info()[0]} + {torch.cuda.get_device_name()}")
 
 # %% ../nbs/14_char_lm.ipynb #ee3fe808
 def save_results(

@@ -6,10 +6,11 @@ Docs: https://rope-lit.github.io/rope_lit/transformers.html.md"""
 
 # %% ../nbs/06_transformers.ipynb #27ce3cef
 from __future__ import annotations
-import copy, functools, inspect, math, os, platform, statistics, sys, threading, time, types
+import copy, functools, inspect, math, os, statistics, sys, threading, time, types
 import torch
 from torch import Tensor, nn
 from .kernels import BACKENDS, select_backend
+from .cpp_build import cpu_info
 from .rope import rotary_qk as rotary_qk_eager
 
 # %% auto #0
@@ -319,14 +320,6 @@ def _swap_rotation(model:nn.Module, rotary)->nn.Module:
 
 def _no_rotation(q, k, cos, sin, unsqueeze_dim=1): return q, k
 
-# %% ../nbs/06_transformers.ipynb #64ae07bf
-def _cpu_name()->str:
-    try:
-        for line in open('/proc/cpuinfo'):
-            if line.startswith('model name'): return line.split(':', 1)[1].strip()
-    except OSError: pass
-    return platform.processor() or platform.machine()
-
 # %% ../nbs/06_transformers.ipynb #7643bf46
 def _load()->float:
     try: return os.getloadavg()[0]
@@ -401,6 +394,6 @@ def benchmark_llama(
                      'rotation_alone_ms': n_layers * ms(ropes[v][1:]) if ropes[v] else 0.0,
                      'repeats': repeats, 'n_layers': n_layers, 'd_model': d_model, 'n_heads': n_heads,
                      'seq_len': seq_len, 'batch': batch, 'vocab_size': vocab_size,
-                     'threads': torch.get_num_threads(), 'cpu': _cpu_name(), 'torch': torch.__version__,
+                     'threads': torch.get_num_threads(), 'cpu': cpu_info()[0], 'torch': torch.__version__,
                      'load_before': load_before, 'load_after': _load(), 'date': time.strftime('%Y-%m-%d')})
     return rows

@@ -61,6 +61,11 @@ def _check_flag(name:str, value):
     if type(value).__name__ not in ('bool', 'bool_'):   # numpy's bool too
         raise TypeError(f"{name} must be True or False, got {value!r}")
 
+def _check_seq_dim(seq_dim):
+    "Raise, naming the argument, unless `seq_dim` is a layout `RotaryEmbedding` reads"
+    if isinstance(seq_dim, bool) or seq_dim not in _SEQ_DIMS:
+        raise ValueError(f"seq_dim must be -2 (batch, heads, seq, d), 1 (batch, seq, heads, d) or 0 (seq, batch, heads, d), got {seq_dim!r}")
+
 def _check_backend(name):
     "Raise, naming the argument, unless `name` is a backend rope_lit knows (on the first call: whether it can run)"
     if not isinstance(name, str): raise TypeError(f"backend must be a str, got {type(name).__name__}")
@@ -75,8 +80,7 @@ def _check_rotary_embedding_args(dim, rotary_dim, max_seq_len, seq_dim, backend,
     if rotary_dim is not None: _check_even('rotary_dim', rotary_dim, ('dim', dim))
     if max_seq_len is not None and (isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len <= 0):
         raise ValueError(f"max_seq_len must be None or a positive int, got {max_seq_len!r}")
-    if isinstance(seq_dim, bool) or seq_dim not in _SEQ_DIMS:
-        raise ValueError(f"seq_dim must be -2 (batch, heads, seq, d), 1 (batch, seq, heads, d) or 0 (seq, batch, heads, d), got {seq_dim!r}")
+    _check_seq_dim(seq_dim)
     _check_backend(backend)
     if scaling_options is not None and not isinstance(scaling_options, dict):
         raise TypeError(f"scaling_options must be None or a dict of keyword options of the scaling variant, got {type(scaling_options).__name__}")
@@ -126,7 +130,7 @@ class RotaryEmbedding(nn.Module):
         self.dim, self.rotary_dim = dim, dim if rotary_dim is None else rotary_dim
         self.base, self.interleaved, self.max_seq_len = base, bool(interleaved), max_seq_len
         self.scaling, self.scaling_options = scaling, dict(scaling_options or {})
-        self.seq_dim, self.backend = _SEQ_DIMS[seq_dim], backend
+        self.seq_dim, self.backend = seq_dim, backend
         self.mrope_section = None if mrope_section is None else tuple(mrope_section)
         self.mrope_interleaved, self.axial_2d = bool(mrope_interleaved), bool(axial_2d)
         streams = None                             # None: every pair reads the one position stream
@@ -217,13 +221,21 @@ def _set_attention_factor(self, value):
 RotaryEmbedding.attention_factor = property(lambda self: self._attention_factor, _set_attention_factor,
                                             doc="Multiplies cos and sin; a new one rebuilds the tables")
 
+# %% ../nbs/02_rope.ipynb #6cfc9c0a
+def _set_seq_dim(self, value):
+    _check_seq_dim(value)
+    self.__dict__['_seq_dim'] = _SEQ_DIMS[value]   # stored as 2, 1 or 0; the plans are keyed by it
+
+RotaryEmbedding.seq_dim = property(lambda self: self._seq_dim, _set_seq_dim,
+                                   doc="Where q's and k's sequence axis is; a new one takes effect on the next call")
+
 # %% ../nbs/02_rope.ipynb #86afee5d
 def _fixed(name:str):
     "A property set once, at construction: the frequencies and tables are built from it"
     def refuse(self, value):
         if f'_{name}' in self.__dict__:
-            raise AttributeError(f"{name} is fixed when a RotaryEmbedding is built (its frequencies come from it): "
-                                 "build a new one, or give new frequencies with set_frequencies")
+            raise AttributeError(f"{name} is fixed when a RotaryEmbedding is built (its frequencies, tables and "
+                                 "layout come from it): build a new one, or give new frequencies with set_frequencies")
         self.__dict__[f'_{name}'] = value
     def get(self):
         v = self.__dict__[f'_{name}']
@@ -231,7 +243,9 @@ def _fixed(name:str):
     return property(get, refuse)
 
 # %% ../nbs/02_rope.ipynb #10c83241
-for _name in ('base', 'scaling', 'scaling_options'): setattr(RotaryEmbedding, _name, _fixed(_name))
+_FIXED = ('base', 'scaling', 'scaling_options', 'dim', 'rotary_dim', 'max_seq_len', 'mrope_section',
+          'mrope_interleaved', 'axial_2d')
+for _name in _FIXED: setattr(RotaryEmbedding, _name, _fixed(_name))
 
 _PER_CALL = ('_grid_tables', '_plans', '_fast_rows', '_backends')   # caches of kernels and rows: not state
 
@@ -257,7 +271,7 @@ def __getstate__(self:RotaryEmbedding)->dict:
 @patch
 def __setstate__(self:RotaryEmbedding, state:dict):
     "Unpickle, also a module pickled by an older rope_lit (attributes added since get their defaults)"
-    for name in ('backend', 'interleaved', 'attention_factor', 'base', 'scaling', 'scaling_options'):
+    for name in ('backend', 'interleaved', 'attention_factor', 'seq_dim', *_FIXED):
         if name in state: state[f'_{name}'] = state.pop(name)   # plain attributes before
     nn.Module.__setstate__(self, state)
     for k in _PER_CALL: self.__dict__.setdefault(k, {})

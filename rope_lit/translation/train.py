@@ -236,8 +236,11 @@ def translate(
     if 'decoding' in wing_pieces(model) and device.type == 'cpu':   # the CPU speed wing's step:
         how = decoding_options(model, weights=DecodingWeights(model, dtype))   # weights prepared once
     else: how = torch.autocast(device.type, dtype, enabled=dtype is not None)
-    ids = [e.ids[:max_len-1] + [EOS] for e in tok.encode_batch(sentences)]
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i])); out = [None] * len(ids)
+    out = [''] * len(sentences)                          # a blank line's translation is a blank line
+    todo = [i for i, s in enumerate(sentences) if s.strip()]
+    ids = dict(zip(todo, (e.ids[:max_len-1] + [EOS] for e in tok.encode_batch([sentences[i] for i in todo]))))
+    order = sorted(todo, key=lambda i: len(ids[i]))
+    if bar is not None and len(todo) < len(out): bar.update(len(out) - len(todo))
     with how:
         for i in range(0, len(order), batch_size):
             idx = order[i:i+batch_size]
