@@ -110,6 +110,9 @@ def append_rotated(self:KVCache,
     "Rotate `q` and `k` at their positions and store `k`, `v`, in one pass"
     from rope_lit.kernels import rotary_append
     if rotary.pair_streams is not None:   # M-RoPE, 2-D: positions per stream; the module rotates, then a copy
+        if rotary.seq_dim != 2:
+            raise ValueError(f"append_rotated takes (batch, heads, new, head_dim) tensors: the rotary module needs "
+                             f"seq_dim=-2, got {rotary.seq_dim}")
         q, k = rotary(q, k, positions=positions, offset=offset)
         return (q, *self.append(k, v))
     cos, sin = rotary.cos_sin(q.shape[2], positions, offset, q.shape[0], q.device, q.dtype)

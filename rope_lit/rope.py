@@ -230,12 +230,12 @@ RotaryEmbedding.seq_dim = property(lambda self: self._seq_dim, _set_seq_dim,
                                    doc="Where q's and k's sequence axis is; a new one takes effect on the next call")
 
 # %% ../nbs/02_rope.ipynb #86afee5d
-def _fixed(name:str):
-    "A property set once, at construction: the frequencies and tables are built from it"
+def _fixed(name:str, instead:str):
+    "A property set once, at construction: the frequencies, tables or pair layout are built from it"
     def refuse(self, value):
         if f'_{name}' in self.__dict__:
             raise AttributeError(f"{name} is fixed when a RotaryEmbedding is built (its frequencies, tables and "
-                                 "layout come from it): build a new one, or give new frequencies with set_frequencies")
+                                 f"layout come from it): {instead}")
         self.__dict__[f'_{name}'] = value
     def get(self):
         v = self.__dict__[f'_{name}']
@@ -243,9 +243,11 @@ def _fixed(name:str):
     return property(get, refuse)
 
 # %% ../nbs/02_rope.ipynb #10c83241
-_FIXED = ('base', 'scaling', 'scaling_options', 'dim', 'rotary_dim', 'max_seq_len', 'mrope_section',
-          'mrope_interleaved', 'axial_2d')
-for _name in _FIXED: setattr(RotaryEmbedding, _name, _fixed(_name))
+_THETA, _LAYOUT = ('base', 'scaling', 'scaling_options'), ('dim', 'rotary_dim', 'max_seq_len', 'mrope_section',
+                                                            'mrope_interleaved', 'axial_2d')
+for _name in _THETA: setattr(RotaryEmbedding, _name, _fixed(_name, "build a new one, or give new frequencies "
+                                                                   "with set_frequencies"))
+for _name in _LAYOUT: setattr(RotaryEmbedding, _name, _fixed(_name, "build a new one"))
 
 _PER_CALL = ('_grid_tables', '_plans', '_fast_rows', '_backends')   # caches of kernels and rows: not state
 
@@ -271,8 +273,11 @@ def __getstate__(self:RotaryEmbedding)->dict:
 @patch
 def __setstate__(self:RotaryEmbedding, state:dict):
     "Unpickle, also a module pickled by an older rope_lit (attributes added since get their defaults)"
-    for name in ('backend', 'interleaved', 'attention_factor', 'seq_dim', *_FIXED):
+    for name in ('backend', 'interleaved', 'attention_factor', 'seq_dim', *_THETA, *_LAYOUT):
         if name in state: state[f'_{name}'] = state.pop(name)   # plain attributes before
+    if state.get('_seq_dim') in _SEQ_DIMS: state['_seq_dim'] = _SEQ_DIMS[state['_seq_dim']]   # as 2, 1 or 0
+    for name, default in (('_mrope_section', None), ('_mrope_interleaved', False), ('_axial_2d', False)):
+        state.setdefault(name, default)                          # before M-RoPE and 2-D existed
     nn.Module.__setstate__(self, state)
     for k in _PER_CALL: self.__dict__.setdefault(k, {})
     self.__dict__.setdefault('_one_stream', self._buffers.get('pair_streams') is None)

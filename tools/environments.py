@@ -77,7 +77,8 @@ def newest_python()->tuple:
 
 def cpu_name()->str:
     "The CPU's model name, as /proc/cpuinfo gives it (else platform's guess)"
-    try: line = next(l for l in open('/proc/cpuinfo') if l.startswith('model name'))
+    try:
+        with open('/proc/cpuinfo') as f: line = next(l for l in f if l.startswith('model name'))
     except (OSError, StopIteration): return platform.processor() or platform.machine()
     return ' '.join(line.split(':', 1)[1].split())
 
