@@ -13,7 +13,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 from .rotation import rotary_qk as rotary_qk_eager, check_qk_args, offset_rows, check_append_args
-from .rotation import kernel_readable
+from .rotation import kernel_readable, table_rows
 try:
     import triton
     import triton.language as tl
@@ -228,14 +228,10 @@ def rotary_qk_triton(
 )->tuple:                            # (q_rot, k_rot) in the dtypes of q and k
     "Rotate `q` and `k` with one fused Triton launch, differentiable"
     check_qk_args(q, k, cos, sin, positions, inplace)
-    cos, sin, positions, offset = offset_rows(q, cos, sin, positions, offset)
     if (q.dtype == torch.float64 or k.dtype == torch.float64 or cos.requires_grad or sin.requires_grad
             or not all(map(kernel_readable, (q, k, cos, sin)))):   # the reference (also torch.func, forward AD)
-        if offset is not None:
-            positions = (positions if positions is not None
-                         else torch.arange(q.shape[2], device=q.device)) + offset[:, None]
-        return rotary_qk_eager(q, k, cos, sin, positions=positions, interleaved=interleaved,
-                               inplace=inplace)
+        return rotary_qk_eager(q, k, *table_rows(q, cos, sin, positions, offset), interleaved, inplace)
+    cos, sin, positions, offset = offset_rows(q, cos, sin, positions, offset)
     if torch.compiler.is_compiling():
         qo, ko = _triton_rotary_qk_op(q, k, cos, sin, positions, offset, bool(interleaved), False)
         if inplace: return q.copy_(qo), k.copy_(ko)

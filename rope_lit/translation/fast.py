@@ -387,7 +387,7 @@ def _rope_config(r)->tuple|None:
 
 def _rope_state(rotaries:list)->list:
     "The settings of the decoder's rotary embeddings (about 2 µs each): a changed one shows here"
-    return [(r.rotary_dim, r.interleaved, r.scaling, r.attention_factor, r.inv_freq.tolist()) for r in rotaries]
+    return [_rope_config(r) for r in rotaries]
 
 # %% ../../nbs/11a_mt_fast.ipynb #0e05d3fe
 def _native_unfit(dec)->str|None:
