@@ -6,7 +6,7 @@ Docs: https://rope-lit.github.io/rope_lit/rope.html.md"""
 
 # %% ../nbs/02_rope.ipynb #9d01845b
 from __future__ import annotations
-import math
+import math, operator
 import torch
 from torch import nn, Tensor
 from fastcore.basics import patch
@@ -338,11 +338,11 @@ def _dynamic_inv_freq(self:RotaryEmbedding, length, device)->Tensor:
 
 # %% ../nbs/02_rope.ipynb #181dc07a
 def _check_positions(positions, batch:int, seq:int, name='positions'):
-    "Raise unless `positions` is an int32/int64 tensor (seq,) or (batch, seq) (values: see `_check_values`)"
+    "Raise unless `positions` is an int32/int64 tensor (seq,), (1, seq) or (batch, seq) (values: see `_check_values`)"
     if not isinstance(positions, Tensor): raise TypeError(f"{name} must be an integer torch.Tensor of shape (seq,) or (batch, seq), got {type(positions).__name__}")
     check_position_dtype(positions, name)      # uint8 and bool would index the tables as masks
-    if not shape_is(positions.shape, (seq,), (batch, seq)):
-        raise ValueError(f"{name} must have shape (seq,) = ({seq},) or (batch, seq) = ({batch}, {seq}) matching the sequence dimension of the input, got {tuple(positions.shape)}")
+    if not shape_is(positions.shape, (seq,), (1, seq), (batch, seq)):   # (1, seq): shared, as transformers passes them
+        raise ValueError(f"{name} must have shape (seq,) = ({seq},), (1, seq) or (batch, seq) = ({batch}, {seq}) matching the sequence dimension of the input, got {tuple(positions.shape)}")
 
 # %% ../nbs/02_rope.ipynb #099137ea
 def _check_values(checks:list, host=False):
@@ -356,16 +356,20 @@ def _check_values(checks:list, host=False):
 
 # %% ../nbs/02_rope.ipynb #2d974982
 def _check_offset(offset, batch:int):
-    "Raise unless `offset` is a non-negative int or an integer tensor of shape (batch,) (values: see `_check_values`)"
+    "`offset` as an int (numpy's integers too) or an integer tensor of shape (batch,); raises unless it is one (values: see `_check_values`)"
     if isinstance(offset, Tensor):
         if offset.dtype == torch.bool or offset.is_floating_point() or offset.is_complex():
             raise TypeError(f"offset must be an int or an integer tensor of shape (batch,), got dtype {offset.dtype}")
         if tuple(offset.shape) != (batch,): raise ValueError(f"offset tensor must have shape (batch,) = ({batch},), got {tuple(offset.shape)}")
-    elif isinstance(offset, bool) or not isinstance(offset, int): raise TypeError(f"offset must be an int or an integer tensor of shape (batch,), got {type(offset).__name__}")
+        return offset
+    if (not isinstance(offset, (int, bool, torch.SymInt)) and type(offset).__name__ != 'bool_'
+            and hasattr(offset, '__index__')): offset = operator.index(offset)   # numpy.int64 and the like
+    if isinstance(offset, bool) or not isinstance(offset, int): raise TypeError(f"offset must be an int or an integer tensor of shape (batch,), got {type(offset).__name__}")
     elif offset < 0: raise PositionError(f"offset must be non-negative, got {offset}")
     elif offset >= MAX_POSITION:
         raise PositionError(f"offset {offset} is past 2**53, beyond which float64 angles no longer tell "
                             "neighbouring positions apart")
+    return offset
 
 # %% ../nbs/02_rope.ipynb #8d589cb5
 def _check_size(name:str, value):
@@ -388,7 +392,7 @@ def _same_device(a, b)->bool:
 @patch
 def cos_sin(self:RotaryEmbedding,
     seq:int,                    # sequence length
-    positions:Tensor|None=None, # (seq,) or (batch, seq) integer positions
+    positions:Tensor|None=None, # (seq,), (1, seq) or (batch, seq) integer positions
     offset:int|Tensor=0,        # int, or (batch,) integer tensor, added to the positions
     batch:int=1,                # batch size (for validating `positions`/`offset`)
     device=None,                # device of q and k
@@ -399,8 +403,10 @@ def cos_sin(self:RotaryEmbedding,
     if device is not None and not _same_device(device, self.inv_freq.device):
         raise ValueError(f"q and k are on {device} but RotaryEmbedding is on {self.inv_freq.device}: move it with .to({str(device)!r})")
     device = self.inv_freq.device                        # normalised: 'cuda' given, 'cuda:0' held
-    if positions is not None: _check_positions(positions, batch, seq)
-    _check_offset(offset, batch)
+    if positions is not None:
+        _check_positions(positions, batch, seq)
+        if positions.ndim == 2 and len(positions) == 1 and batch != 1: positions = positions[0]  # shared rows
+    offset = _check_offset(offset, batch)
     for name, t in (('positions', positions), ('offset', offset)):
         if isinstance(t, Tensor) and t.device.type == 'meta' and device.type != 'meta':
             where = device.type + ("" if device.type == 'cpu' else " or the CPU")
@@ -525,8 +531,8 @@ def _direct_kernel(rotate, interleaved:bool):
 def forward(self:RotaryEmbedding,
     q:Tensor,                   # queries in the module's layout, e.g. (batch, heads_q, seq, dim)
     k:Tensor,                   # keys, same layout; heads may differ from q's (GQA/MQA)
-    positions:Tensor|None=None, # integer (seq,) or (batch, seq); default 0..seq-1; >= 0: see above
-    offset:int|Tensor=0,        # added to every position: int, or integer tensor (batch,)
+    positions:Tensor|None=None, # integer (seq,), (1, seq) or (batch, seq); default 0..seq-1; >= 0: see above
+    offset:int|Tensor=0,        # added to every position: int (numpy's too), or integer tensor (batch,)
     grid:tuple|None=None,       # 2-D axial only: (H, W), patches in row-major order, seq = H·W
 )->tuple[Tensor, Tensor]:       # rotated (q, k), same shapes, dtypes and layout
     "Rotate `q` and `k` at their positions"
@@ -547,7 +553,7 @@ def forward(self:RotaryEmbedding,
 @patch
 def rotate(self:RotaryEmbedding,
     x:Tensor,                   # queries or keys in the module's layout
-    positions:Tensor|None=None, # integer (seq,) or (batch, seq); default 0..seq-1
+    positions:Tensor|None=None, # integer (seq,), (1, seq) or (batch, seq); default 0..seq-1
     offset:int|Tensor=0,        # added to every position
     grid:tuple|None=None,       # 2-D axial only: (H, W), as in `forward`
 )->Tensor:                      # `x` rotated
@@ -714,14 +720,14 @@ def _position_streams(self:RotaryEmbedding, positions, batch:int, seq:int)->Tens
     "`positions` as (streams, seq) or (streams, batch, seq), after checking their shape"
     shape = tuple(positions.shape) if isinstance(positions, Tensor) else positions
     if self.axial_2d:
-        if not isinstance(positions, Tensor) or not shape_is(shape, (seq, 2), (batch, seq, 2)):
+        if not isinstance(positions, Tensor) or not shape_is(shape, (seq, 2), (1, seq, 2), (batch, seq, 2)):
             raise ValueError(f"2-D axial positions must have shape (seq, 2) = ({seq}, 2) or (batch, seq, 2) = ({batch}, {seq}, 2), "
                              f"a (row, column) pair per patch (or pass grid=(H, W)), got {shape!r}")
-        return positions.movedim(-1, 0)
-    if not isinstance(positions, Tensor) or not shape_is(shape, (3, seq), (3, batch, seq)):
+        return (positions[0] if positions.ndim == 3 and batch != 1 and len(positions) == 1 else positions).movedim(-1, 0)
+    if not isinstance(positions, Tensor) or not shape_is(shape, (3, seq), (3, 1, seq), (3, batch, seq)):
         raise ValueError(f"M-RoPE positions must have shape (3, seq) = (3, {seq}) or (3, batch, seq) = (3, {batch}, {seq}), "
                          f"the temporal, height and width streams, got {shape!r}")
-    return positions
+    return positions[:, 0] if positions.ndim == 3 and batch != 1 and positions.shape[1] == 1 else positions
 
 # %% ../nbs/02_rope.ipynb #39a1eb7a
 @patch
