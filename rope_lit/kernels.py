@@ -71,7 +71,9 @@ def _int64(offset)->int:
 
 def _shift(offset):
     "An int offset inside a traced graph: a symbolic one stays symbolic (no recompile per value)"
-    return offset if isinstance(offset, torch.SymInt) else _int64(offset)
+    if torch.compiler.is_compiling() and isinstance(offset, (int, torch.SymInt)) and not isinstance(offset, bool):
+        return offset   # traced, `operator.index` would fix the value in a guard; the kernel checks its range
+    return _int64(offset)
 
 # %% ../nbs/04_kernels.ipynb #2e9eb4f9
 def rotary_qk_native(

@@ -184,7 +184,14 @@ class RotaryEmbedding(nn.Module):
 
     def _apply(self, fn, *args, **kwargs):
         "After `.to()`/`.cuda()`/`.half()`/`.to_empty()`: keep the new device; θ, streams and tables again"
-        super()._apply(fn, *args, **kwargs)
+        try: super()._apply(fn, *args, **kwargs)
+        except NotImplementedError:               # "Cannot copy out of meta tensor": built on 'meta', weights
+            if not self.inv_freq.is_meta: raise   # loaded with assign=True, then `.to('cpu')`: made anew
+            with torch.device('cpu'):             # (the first buffer failed: nothing was moved)
+                self.inv_freq = self._inv_freq64.clone()
+                self.cos_cached, self.sin_cached = (torch.empty(t.shape) for t in (self.cos_cached, self.sin_cached))
+                if self.pair_streams is not None: self.pair_streams = self._pair_streams_cpu()
+            super()._apply(fn, *args, **kwargs)
         if self.pair_streams is not None:         # `to_empty` leaves a buffer made on 'meta' unset
             self.pair_streams = self._pair_streams_cpu().to(self.pair_streams.device)
         self._build(len(self.cos_cached))
@@ -489,8 +496,10 @@ def _qk_as_bhsd(self:RotaryEmbedding, q, k):
 
 # %% ../nbs/02_rope.ipynb #147f90c8
 @patch
-def _forward_cached(self:RotaryEmbedding, q:Tensor, k:Tensor, offset:int)->tuple[Tensor, Tensor]:
-    "`forward` for default positions and an int `offset`: its checks run once per kind of call"
+def _forward_cached(self:RotaryEmbedding, q:Tensor, k:Tensor, offset:int)->tuple[Tensor, Tensor]|None:
+    "`forward` for default positions and an int `offset`: its checks run once per kind of call (None: not this path)"
+    tables = self._buffers['cos_cached'], self._buffers['sin_cached']   # `functional_call` may swap them
+    if tables[0].requires_grad or tables[1].requires_grad: return None   # tables that learn: `forward`'s path
     key = (q.shape, k.shape, q.dtype, k.dtype, q.device, k.device, self.seq_dim)
     plan = self._plans.get(key)
     if plan is None:                          # first call of its kind: all of `forward`'s checks
@@ -502,13 +511,15 @@ def _forward_cached(self:RotaryEmbedding, q:Tensor, k:Tensor, offset:int)->tuple
         direct = _direct_kernel(rotate, self.interleaved)
         plan = self._plans[key] = (seq, batch, q.dtype == torch.float64, rotate, direct)
     seq, batch, wide, rotate, direct = plan
-    rows = self._fast_rows.get((offset, seq, wide))
+    kept = self._fast_rows.get((offset, seq, wide))   # (rows, the tables they were read from)
+    rows = kept[0] if kept is not None and kept[1] is tables[0] and kept[2] is tables[1] else None
     if rows is None:
         with torch.inference_mode(False):     # kept: must not be inference tensors
             if offset >= 0 and not wide: rows = self._rows(offset, seq)   # as `cos_sin` does
             else: rows = self.cos_sin(seq, None, offset, batch, q.device, q.dtype)  # or raises
         if len(self._fast_rows) >= 256: self._fast_rows.clear()
-        if not wide: self._fast_rows[offset, seq, wide] = rows   # float64 rows: new, not kept
+        if not wide:                          # float64 rows: new, not kept
+            self._fast_rows[offset, seq, wide] = (rows, self._buffers['cos_cached'], self._buffers['sin_cached'])
     if self.seq_dim == 2:                     # (batch, heads, seq, head_dim) already: no views
         if direct is not None:                # the native kernel, its arguments checked above
             try: return direct(q, k, *rows)
@@ -539,7 +550,8 @@ def forward(self:RotaryEmbedding,
     if (positions is None and grid is None and type(offset) is int and self._one_stream
             and isinstance(q, Tensor) and isinstance(k, Tensor)
             and not torch.compiler.is_compiling()):
-        return self._forward_cached(q, k, offset)  # the common call: checks once per shape
+        out = self._forward_cached(q, k, offset)   # the common call: checks once per shape
+        if out is not None: return out
     qb, kb = self._qk_as_bhsd(q, k)           # checked views as (batch, heads, seq, head_dim)
     rotate = self.backend_for(q.device.type)  # a backend that cannot run fails before any table grows
     where = (qb.shape[2], positions, offset, qb.shape[0], q.device, q.dtype)

@@ -12,8 +12,8 @@ from torch import Tensor
 from torch.autograd import forward_ad
 
 # %% auto #0
-__all__ = ['rotate_complex', 'complex_viewable', 'apply_rotary', 'rotary_cos_sin', 'apply_rotary_', 'PositionError',
-           'check_position_dtype', 'shape_is', 'check_table_rows', 'rotary_qk', 'check_writable', 'check_disjoint',
+__all__ = ['rotate_complex', 'complex_viewable', 'apply_rotary', 'rotary_cos_sin', 'check_writable', 'apply_rotary_',
+           'PositionError', 'check_position_dtype', 'shape_is', 'check_table_rows', 'rotary_qk', 'check_disjoint',
            'check_caches_apart', 'check_qk_args', 'check_offset_tensor', 'offset_rows', 'table_rows', 'kernel_readable',
            'check_append_args']
 
@@ -89,10 +89,53 @@ def rotary_cos_sin(
     angles = positions.to(work)[..., None] * inv_freq.to(device=positions.device, dtype=work)
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
+# %% ../nbs/01a_rotation.ipynb #f4c22d7e
+def _element_offsets(t:Tensor)->Tensor:
+    "The memory offset of every element of `t`, in elements from its first"
+    at = torch.zeros((), dtype=torch.long)
+    for n, s in zip(t.shape, t.stride()): at = at[..., None] + torch.arange(n) * s
+    return at.flatten()
+
+def _overlaps_itself(t:Tensor)->bool:
+    "Whether two elements of `t` share memory (or, past 2^24 elements, may)"
+    reach = 0   # dims by stride: each stride past everything the smaller ones reach means no overlap
+    for s, n in sorted((s, n) for n, s in zip(t.shape, t.stride()) if n > 1):
+        if s <= reach: break
+        reach += (n - 1) * s
+    else: return False
+    if t.numel() > 1 << 24: return True   # too many to list: refused rather than risked
+    at = _element_offsets(t)
+    return at.unique().numel() != at.numel()
+
+def check_writable(
+    t:Tensor,   # a tensor about to be written in place
+    name:str,   # what to call it in the message
+):
+    "Raise a one-line ValueError if torch would refuse to write `t` in place (so nothing is written before)"
+    if t.numel() == 0 or torch.compiler.is_compiling(): return      # traced: torch checks at run time
+    if t.is_leaf and t.requires_grad and torch.is_grad_enabled():
+        raise ValueError(f"{name} is a leaf tensor that requires grad, which torch does not write in place: "
+                         "rotate out of place, or pass a tensor without requires_grad")
+    if any(n > 1 and s == 0 for n, s in zip(t.shape, t.stride())):
+        raise ValueError(f"{name} is an expanded view (stride 0 along a dimension of size > 1), whose elements "
+                         "share memory: rotate out of place, or pass a contiguous copy")
+    if _overlaps_itself(t):
+        raise ValueError(f"{name} is a view whose elements overlap in memory (strides {tuple(t.stride())} for "
+                         f"shape {tuple(t.shape)}): rotate out of place, or pass a contiguous copy")
+    if t.is_inference() and not torch.is_inference_mode_enabled():
+        raise ValueError(f"{name} was made under torch.inference_mode and cannot be written in place outside it: "
+                         "rotate out of place, or inside torch.inference_mode")
+    if t.requires_grad and torch.is_grad_enabled():   # views autograd refuses to write (of a leaf, of unbind, ...):
+        try: t[..., :0].mul_(1)                         # torch's own check, on no element
+        except RuntimeError as e:
+            raise ValueError(f"{name} cannot be written in place ({str(e).split('.')[0]}): rotate out of place, "
+                             "or pass a tensor of its own (e.g. a clone)") from None
+
 # %% ../nbs/01a_rotation.ipynb #628326e6
 def apply_rotary_(x:Tensor, cos:Tensor, sin:Tensor, interleaved=False)->Tensor:
     "In-place `apply_rotary`: rotates `x` itself and returns it (no autograd through it)"
     rotary_dim = _check_rotary_inputs(x, cos, sin)
+    check_writable(x, 'x')                      # shared elements would be rotated twice
     if x.dtype not in (torch.float32, torch.float64):
         return x.copy_(apply_rotary(x, cos, sin, interleaved))
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
@@ -142,7 +185,11 @@ def check_table_rows(
     if positions.device.type == 'meta' and device is not None and torch.device(device).type != 'meta':
         raise ValueError("positions is on the meta device, which holds no values: "
                          f"give it on {torch.device(device).type}")
-    if positions.numel() == 0 or torch.compiler.is_compiling() or positions.device.type == 'meta': return
+    if positions.numel() == 0 or positions.device.type == 'meta': return
+    if torch.compiler.is_compiling():   # no read on the host in a graph: a check the compiled code makes
+        inside = ((positions >= 0) & (positions < n_rows)).all()
+        torch._assert_async(inside, "positions must be rows of the cos/sin table (checked in the compiled graph)")
+        return
     lo, hi = torch.aminmax(positions)
     lo, hi = int(lo), int(hi)                                   # one read of two numbers
     if lo < 0 or hi >= n_rows:
@@ -183,48 +230,6 @@ def _reaches(delta:int, dims:list)->bool|None:
     if last - first > 2: return None
     answers = [_reaches(delta - c * s, rest) for c in range(first, last + 1)]
     return True if True in answers else (None if None in answers else False)
-
-# %% ../nbs/01a_rotation.ipynb #f4c22d7e
-def _element_offsets(t:Tensor)->Tensor:
-    "The memory offset of every element of `t`, in elements from its first"
-    at = torch.zeros((), dtype=torch.long)
-    for n, s in zip(t.shape, t.stride()): at = at[..., None] + torch.arange(n) * s
-    return at.flatten()
-
-def _overlaps_itself(t:Tensor)->bool:
-    "Whether two elements of `t` share memory (or, past 2^24 elements, may)"
-    reach = 0   # dims by stride: each stride past everything the smaller ones reach means no overlap
-    for s, n in sorted((s, n) for n, s in zip(t.shape, t.stride()) if n > 1):
-        if s <= reach: break
-        reach += (n - 1) * s
-    else: return False
-    if t.numel() > 1 << 24: return True   # too many to list: refused rather than risked
-    at = _element_offsets(t)
-    return at.unique().numel() != at.numel()
-
-def check_writable(
-    t:Tensor,   # a tensor about to be written in place
-    name:str,   # what to call it in the message
-):
-    "Raise a one-line ValueError if torch would refuse to write `t` in place (so nothing is written before)"
-    if t.numel() == 0 or torch.compiler.is_compiling(): return      # traced: torch checks at run time
-    if t.is_leaf and t.requires_grad and torch.is_grad_enabled():
-        raise ValueError(f"{name} is a leaf tensor that requires grad, which torch does not write in place: "
-                         "rotate out of place, or pass a tensor without requires_grad")
-    if any(n > 1 and s == 0 for n, s in zip(t.shape, t.stride())):
-        raise ValueError(f"{name} is an expanded view (stride 0 along a dimension of size > 1), whose elements "
-                         "share memory: rotate out of place, or pass a contiguous copy")
-    if _overlaps_itself(t):
-        raise ValueError(f"{name} is a view whose elements overlap in memory (strides {tuple(t.stride())} for "
-                         f"shape {tuple(t.shape)}): rotate out of place, or pass a contiguous copy")
-    if t.is_inference() and not torch.is_inference_mode_enabled():
-        raise ValueError(f"{name} was made under torch.inference_mode and cannot be written in place outside it: "
-                         "rotate out of place, or inside torch.inference_mode")
-    if t.requires_grad and torch.is_grad_enabled():   # views autograd refuses to write (of a leaf, of unbind, ...):
-        try: t[..., :0].mul_(1)                         # torch's own check, on no element
-        except RuntimeError as e:
-            raise ValueError(f"{name} cannot be written in place ({str(e).split('.')[0]}): rotate out of place, "
-                             "or pass a tensor of its own (e.g. a clone)") from None
 
 # %% ../nbs/01a_rotation.ipynb #b2932ac2
 def _share_memory(q:Tensor, k:Tensor)->bool:
@@ -369,7 +374,8 @@ def check_append_args(q, k, v, k_cache, v_cache, cos, sin, positions, offset)->t
         check_offset_tensor(offset, B)
         offsets, shift, first = offset, 0, offset.reshape(B).to('cpu', torch.long)  # a host read
     else:                             # an int: the same checks in plain Python, no tensors
-        offsets, shift = None, operator.index(offset)
+        traced = torch.compiler.is_compiling() and isinstance(offset, int) and not isinstance(offset, bool)
+        offsets, shift = None, offset if traced else operator.index(offset)   # traced: stays symbolic
         if shift < 0 or shift + S > L:
             raise PositionError(f"offset {shift} of batch row 0: slots {shift}..{shift + S - 1} are "
                                 f"outside the cache of max_len {L}")

@@ -13,7 +13,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 from .rotation import rotary_qk as rotary_qk_eager, check_qk_args, offset_rows, check_append_args
-from .rotation import kernel_readable, table_rows
+from .rotation import kernel_readable, table_rows, check_table_rows
 try:
     import triton
     import triton.language as tl
@@ -140,6 +140,7 @@ def triton_rotary(
         cos, sin = cos.contiguous(), sin.contiguous()
     qo = q if inplace else torch.empty_like(q)
     ko = k if inplace else torch.empty_like(k)
+    if B == 0 or S == 0 or max(HQ, HK) == 0: return qo, ko   # nothing to rotate (and no grid to launch)
     if positions is not None:
         pos = positions if positions.dim() == 2 else positions.unsqueeze(0)
         spb, sps = (pos.stride(0) if pos.shape[0] > 1 else 0), pos.stride(1)
@@ -232,6 +233,10 @@ def rotary_qk_triton(
             or not all(map(kernel_readable, (q, k, cos, sin)))):   # the reference (also torch.func, forward AD)
         return rotary_qk_eager(q, k, *table_rows(q, cos, sin, positions, offset), interleaved, inplace)
     cos, sin, positions, offset = offset_rows(q, cos, sin, positions, offset)
+    if positions is not None or offset is not None:   # every row the kernel reads, checked as other backends do
+        rows = positions if positions is not None else torch.arange(q.shape[2], device=q.device)
+        if offset is not None: rows = rows.long() + offset.long()[:, None]
+        check_table_rows(rows, cos.shape[-2], cos.device)
     if torch.compiler.is_compiling():
         qo, ko = _triton_rotary_qk_op(q, k, cos, sin, positions, offset, bool(interleaved), False)
         if inplace: return q.copy_(qo), k.copy_(ko)
@@ -316,6 +321,7 @@ def rotary_append_triton(
     B, HQ, S, D = q.shape
     HK, Dv, R2 = k.shape[1], v.shape[3], cos.shape[-1]
     qo = torch.empty_like(q)
+    if B == 0 or S == 0 or max(HQ, HK) == 0: return qo       # nothing to rotate or append
     if positions is not None:
         pos = positions if positions.dim() == 2 else positions.unsqueeze(0)
         spb, sps = (pos.stride(0) if pos.shape[0] > 1 else 0), pos.stride(1)

@@ -185,8 +185,10 @@ static std::vector<Tensor> rotate(const Tensor& q_in, const Tensor& k_in, const 
     return {out[0].to(q_in.scalar_type()), out[1].to(k_in.scalar_type())};
   }
   // A last dimension that is not contiguous: rotate a contiguous copy (and copy back when in
-  // place).
-  auto last_dense = [](const Tensor& t) { return t.stride(3) == 1 || t.size(3) == 1; };
+  // place). An empty tensor counts as dense: its copy would be itself, again and again.
+  auto last_dense = [](const Tensor& t) {
+    return t.stride(3) == 1 || t.size(3) == 1 || t.numel() == 0;
+  };
   if (!last_dense(q_in) || !last_dense(k_in)) {
     auto out = rotate(last_dense(q_in) ? q_in : q_in.contiguous(),
                       last_dense(k_in) ? k_in : k_in.contiguous(),
