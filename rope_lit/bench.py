@@ -158,6 +158,7 @@ def _runner(f, sets, backward):
 # %% ../nbs/04a_benchmark.ipynb #f01ef7d9
 def _time_cpu(runs:dict, n_sets:int, repeats:int, warmup:int)->dict:
     "Seconds per call of each runner, `repeats` samples each, interleaved"
+    if not runs: return {}                        # every setup failed (each is reported): nothing to time
     names, counter = list(runs), 0
     for _ in range(warmup):
         for n in names:
@@ -177,6 +178,7 @@ def _time_cuda(runs:dict, rep_ms:int, rounds:int=5, calls:int=200, bench=None, s
         import triton.testing
         bench = triton.testing.do_bench                  # CUDA events; the L2 cache flushed before each call
     sync = sync or torch.cuda.synchronize
+    if not runs: return {}
     names, per_round = list(runs), max(1, calls // rounds)
     times = {n: [] for n in names}
     for r in range(rounds):
@@ -258,6 +260,9 @@ def run_benchmark(
                 run(0)   # compile / autotune outside the timed region
                 runs[m.name] = run
             except Exception as e: notes[m.name] = f"{type(e).__name__}: {str(e)[:200]}"
+        if FLOOR not in runs:   # e.g. a shape too large for memory: nothing to compare the others with
+            raise ValueError(f"shape {'x'.join(map(str, shape))}: the copy floor could not run "
+                             f"({notes.get(FLOOR, 'skipped')}): choose a smaller shape")
         if device == 'cuda':   # each round's do_bench median, p20 and p80, and end-to-end time: their medians
             rounds = _time_cuda(runs, 10 * repeats)
             stats = {n: tuple(statistics.median(x) for x in zip(*t)) for n, t in rounds.items()}

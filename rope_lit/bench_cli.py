@@ -205,6 +205,8 @@ def main(argv=None):
     if args.environments and args.device != 'cpu':
         ap.error(f"argument --environments: only with --device cpu, got --device {args.device}")
     require(ap, 'matplotlib')   # the plot at the end: checked before any timing
+    if args.out is not None and not args.out.strip():   # '' would be the current folder, not the default
+        ap.error("argument --out: expected a folder name, got an empty one")
     out = Path(args.out or Path('bench_results') / args.device)
     refuse_overwrite(ap, out, ('results.csv', 'meta.json', 'plot.png')
                      + (('sweep.csv',) if args.sweep else ()), args.overwrite)
@@ -272,6 +274,9 @@ def main(argv=None):
             else "nothing was written"
         )
         sys.exit(f"rope-lit-bench: interrupted: {kept}")
+    except ValueError as e:   # a shape that cannot run at all (too large for memory, say)
+        kept = f"; {out}/results.csv keeps the {saved[0]} measurements before it" if saved[0] else ""
+        sys.exit(f"rope-lit-bench: error: {e}{kept}")
     if args.sweep:
         sw = sweep_tiles(shapes[0], dtype) + sweep_tiles(shapes[0], dtype, interleaved=True)
         atomic_write(out / 'sweep.csv', csv_text(sw))

@@ -423,6 +423,8 @@ def run_experiment(
     if max(cfg['contexts']) > usable:
         raise ValueError(f"contexts up to {max(cfg['contexts'])} need that many validation characters within "
                          f"eval_tokens, got {usable}")
+    for scheme in schemes:   # every model's shape checked (built on 'meta': no memory) before any trains
+        with torch.device('meta'): CharLM(**_model_config(cfg, len(vocab), scheme))
     # every saved model loaded (and checked) before any model trains or any file is written
     saved = {(seed, scheme): _trained_model(cfg, scheme, seed, len(vocab), train_ids, checkpoint_dir, False,
                                             saved_only=True)

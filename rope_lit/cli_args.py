@@ -60,6 +60,9 @@ def number_list(low=1):  # smallest value allowed
         if not vs or min(vs) < low:
             raise argparse.ArgumentTypeError(
                 f"expected comma-separated integers >= {low}, e.g. 128,256, got {text!r}")
+        if len(set(vs)) < len(vs):      # a value twice would run, or be reported, twice
+            twice = next(v for v in vs if vs.count(v) > 1)
+            raise argparse.ArgumentTypeError(f"expected distinct values, got {twice} twice")
         return vs
     return convert
 
@@ -91,14 +94,25 @@ def require(
         ap.exit(1, f"{ap.prog}: error: needs {', '.join(missing)}: pip install 'rope_lit[experiments]'\n")
 
 # %% ../nbs/15_cli_args.ipynb #outw0002
+def _link_refusal(path)->str|None:
+    "Why rope_lit will not write through `path`, a symbolic link someone else could have planted; else None"
+    if not (hasattr(os, 'geteuid') and os.path.islink(path)): return None
+    if os.lstat(path).st_uid not in (0, os.geteuid()):
+        return f"{path} is a symbolic link that another user owns"
+    if (folder := unsafe_parent(path)) is not None:
+        return f"{path} is a symbolic link in {folder}, which other users may write (or own)"
+    return None
+
 def atomic_write(
-    path,                      # the file to write (a symbolic link: the file it points to)
+    path,                      # the file to write (a symbolic link of the user's own: the file it points to)
     data:str|bytes|None=None,  # its contents (text as UTF-8); None: `write` makes them
     write=None,                # write(tmp): writes the contents into file tmp (a figure's `savefig`, say)
     mode:int|None=None,        # permissions of a new file (default: as open() makes it, 0o666 less the umask)
 )->Path:                       # path
     "Write `path` through a temporary file beside it, on disk before `os.replace` renames it: never half-written"
     if (data is None) == (write is None): raise ValueError("give data or write, not both or neither")
+    if (why := _link_refusal(path)) is not None:     # it could point anywhere: e.g. planted in a shared folder
+        raise PermissionError(f"{why}: rope_lit does not write through it; remove the link, or write elsewhere")
     path = Path(path).resolve() if Path(path).is_symlink() else Path(path)
     if path.exists() and not path.stat().st_mode & 0o222:   # no write permission for anyone
         raise PermissionError(f"{path} is read-only (no write permission): not replaced")
@@ -127,10 +141,17 @@ def refuse_overwrite(
     overwrite:bool,             # `--overwrite` was given
 ):
     "Stop with a usage error if folder `out` holds any of `names` and `overwrite` is not set"
+    if not str(out).strip():                    # '' would be the current folder
+        ap.error("argument --out: expected a folder name, got an empty one")
     for p in (Path(out), *Path(out).parents):   # the folder, or the nearest of its parents that exists
         if p.exists():
             if not p.is_dir(): ap.error(f"argument --out: {p} is a file; --out names a folder for the results")
             break
+    for n in names:                             # what `atomic_write` would refuse, refused before the run
+        if (why := _link_refusal(Path(out) / n)) is not None:
+            ap.error(f"argument --out: {why}; rope_lit does not write through it: remove it, or choose another --out")
+        if (Path(out) / n).exists() and not (Path(out) / n).stat().st_mode & 0o222:
+            ap.error(f"argument --out: {Path(out) / n} is read-only: make it writable, or choose another --out")
     held = [n for n in names if (Path(out) / n).exists()]
     if held and not overwrite:
         ap.error(f"argument --out: {out} already holds {', '.join(held)} of an earlier run; pass "

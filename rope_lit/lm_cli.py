@@ -26,6 +26,8 @@ def _names(allowed, what):
                 f"unknown {what} {bad[0] if bad else text!r}: expected comma-separated names from "
                 f"{','.join(allowed)}"
             )
+        if len(set(names)) < len(names):   # the same model twice would read as a spread over seeds
+            raise argparse.ArgumentTypeError(f"{next(x for x in names if names.count(x) > 1)} given twice")
         return names
 
     return convert
@@ -150,7 +152,7 @@ def _parser():
         help='save trained models here; reuse one whose settings match, refuse one of other settings',
     )
     ap.add_argument(
-        '--threads', type=number(int, 1, 1 << 16), default=1, help='torch CPU threads (default 1)'
+        '--threads', type=number(int, 1, 1 << 10), default=1, help='torch CPU threads (default 1)'
     )
     ap.add_argument('--no-progress', action='store_true', help='hide the progress bars')
     return ap

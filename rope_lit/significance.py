@@ -38,7 +38,9 @@ def read_hypotheses(
     path:str|Path, # a hypothesis file: one line per source sentence, each ending in a newline
 )->list[str]:      # the hypotheses, empty ones kept
     "The lines of the UTF-8 hypothesis file `path`, empty lines (empty hypotheses) kept"
-    lines = Path(path).read_text(encoding='utf-8').split('\n')
+    try: lines = Path(path).read_text(encoding='utf-8').split('\n')
+    except UnicodeDecodeError as e:
+        raise ValueError(f"hypothesis file {path} is not UTF-8 (byte {e.start}): rope_lit writes them as UTF-8") from None
     return lines[:-1] if lines[-1] == '' else lines
 
 # %% ../nbs/16_significance.ipynb #00000009
@@ -56,7 +58,7 @@ class Run:
 def read_run(
     path:str|Path, # a run folder holding `config.json` and `hyp.{split}.{decoder}{tag}.en` files
     tag:str='',    # '' for the final weights; '.avg5' for the mean of the last 5 epochs' weights, ...
-)->Run|None:       # None without a readable `config.json` naming `position` and `seed` (or, for a tag, `results{tag}.json`)
+)->Run|None:       # None without `config.json` (or, for a tag, `results{tag}.json`); a damaged one raises
     "The run in `path`, with every hypothesis file of `tag` it holds"
     if tag and not re.fullmatch(r'(\.[A-Za-z0-9]+)+', tag):
         raise ValueError(f"tag: expected '' or a dotted suffix such as '.avg5', got {tag!r}")
@@ -65,10 +67,12 @@ def read_run(
     if not ((path/'config.json').exists() or (path/'config.json').is_symlink()): return None   # not a run
     hyp_files = sorted(path.glob(f'hyp.*{tag}.en'))
     for f in (path, path/'config.json', *hyp_files): check_private(f, f"run {path}: {f.name}")   # nothing planted
-    try: config = json.loads((path/'config.json').read_text())
-    except (OSError, ValueError): return None
-    if not isinstance(config, dict) or not {'position', 'seed'} <= set(config): return None
-    if not isinstance(config['position'], str) or type(config['seed']) is not int: return None
+    try: config = json.loads((path/'config.json').read_text(encoding='utf-8'))
+    except (OSError, ValueError) as e:   # a damaged run is an error, never a seed quietly left out of the means
+        raise ValueError(f"run {path}: config.json cannot be read ({type(e).__name__}): restore it, or move "
+                         "the run out of this folder") from None
+    if not (isinstance(config, dict) and isinstance(config.get('position'), str) and type(config.get('seed')) is int):
+        raise ValueError(f"run {path}: config.json does not name its position scheme (a string) and seed (an int)")
     hypotheses = {}
     for f in hyp_files:
         split, _, decoder = f.name[len('hyp.'):-len(f'{tag}.en')].rpartition('.')

@@ -213,6 +213,8 @@ def main(argv: list[str] | None = None):
             "--resume and --overwrite exclude each other: --resume continues the run, --overwrite"
             " deletes it"
         )
+    if getattr(args, 'run_dir', None) is not None and not args.run_dir.strip():   # '' would be the current folder
+        p.error("argument --run-dir: expected a folder name, got an empty one")
     require(p, 'tokenizers', 'sacrebleu')   # every subcommand imports rope_lit.translation
     err = lambda msg, code=1: (print(f"rope-lit-translate: {msg}", file=sys.stderr), sys.exit(code))
     try:

@@ -28,13 +28,13 @@ except ImportError: tqdm = None
 
 # %% auto #0
 __all__ = ['PRESETS', 'RUN_FILE_MODE', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', 'EXAMPLE_DE', 'EXAMPLE_EN', 'RUN_LENGTH_FIELDS',
-           'RUN_FILES', 'TranslationConfig', 'make_config', 'noam_lr', 'make_optimizer', 'load_optimizer_state',
-           'load_splits', 'atomic_save', 'rng_state', 'set_rng_state', 'epoch_number', 'epoch_weights',
-           'may_stop_early', 'keep_epoch_weights', 'drop_stale_epoch_weights', 'average_checkpoints', 'translate',
-           'score', 'train_step', 'tune_cpu_malloc', 'check_device', 'read_checkpoint', 'read_tokenizer', 'read_config',
-           'hardware', 'eval_loss', 'first_detail', 'check_same_run', 'load_model', 'example_attention', 'evaluate',
-           'run_files', 'RunDirInUse', 'check_run_dir', 'check_config', 'check_settings', 'NonFiniteLoss',
-           'TrainingInterrupted', 'train']
+           'RUN_FILES', 'ASIDE', 'TranslationConfig', 'make_config', 'noam_lr', 'make_optimizer',
+           'load_optimizer_state', 'load_splits', 'atomic_save', 'rng_state', 'set_rng_state', 'epoch_number',
+           'epoch_weights', 'may_stop_early', 'keep_epoch_weights', 'drop_stale_epoch_weights', 'average_checkpoints',
+           'translate', 'score', 'train_step', 'tune_cpu_malloc', 'check_device', 'read_checkpoint', 'read_tokenizer',
+           'read_config', 'hardware', 'eval_loss', 'first_detail', 'check_same_run', 'load_model', 'example_attention',
+           'evaluate', 'run_files', 'final_weight_files', 'set_aside', 'restore_aside', 'RunDirInUse', 'check_run_dir',
+           'check_config', 'check_settings', 'NonFiniteLoss', 'TrainingInterrupted', 'train']
 
 # %% ../../nbs/12_mt_train.ipynb #eea537c6
 @dataclass
@@ -529,6 +529,31 @@ def run_files(run_dir:str|Path)->list[str]:
                       or re.fullmatch(r'(results|attention)(\.avg\d+)?(\.n\d+)?\.json', n))
     return sorted(p.name for p in d.iterdir() if ours(p.name))
 
+def final_weight_files(run_dir:str|Path)->list[Path]:
+    "The evaluation files of a run's final weights (not of averaged epochs): stale once training goes on"
+    return [Path(run_dir)/n for n in run_files(run_dir)
+            if re.fullmatch(r'results(\.n\d+)?\.json|attention\.json|hyp\..+\.en', n) and '.avg' not in n]
+
+ASIDE = '.replaced'   # where an overwrite keeps the old run until the new one is built
+
+def set_aside(run_dir:Path)->Path:
+    "Move the run in `run_dir` into `run_dir/.replaced` (nothing deleted), where `restore_aside` finds it"
+    aside = run_dir/ASIDE
+    if aside.exists() or aside.is_symlink():
+        raise FileExistsError(f"run_dir {run_dir} holds {ASIDE}, a run set aside by an overwrite that was killed: "
+                              f"move its files back into {run_dir}, or delete it")
+    aside.mkdir(mode=0o700)
+    for name in run_files(run_dir): os.replace(run_dir/name, aside/name)
+    return aside
+
+def restore_aside(run_dir:Path, aside:Path):
+    "Put the run set aside back, removing what a failed new run wrote"
+    for name in run_files(run_dir):
+        p = run_dir/name
+        p.unlink() if p.is_symlink() or not p.is_dir() else shutil.rmtree(p)
+    for p in aside.iterdir(): os.replace(p, run_dir/p.name)
+    aside.rmdir()
+
 # %% ../../nbs/12_mt_train.ipynb #77584457
 class RunDirInUse(FileExistsError):
     "`run_dir` holds the files of another run, and neither resume nor overwrite was asked for"
@@ -558,7 +583,8 @@ _NONE_OR_AT_LEAST_1 = ('n_train', 'n_eval', 'max_steps', 'threads')
 _LARGEST = dict(vocab_size=1 << 20,   # the BPE trainer allocates for every entry; Multi30k has about 20 000 words
                 max_len=1 << 16,      # position tables of max_len rows; Multi30k's sentences have < 100 tokens
                 seed=(1 << 63) - 1,   # torch's seeds are 64-bit
-                threads=1 << 16)      # torch takes a C int; no CPU has more
+                threads=1 << 10,      # more threads than any CPU torch runs on (65 536 crash the tokenizer)
+                beam_size=1 << 8)     # hypotheses kept per sentence: above a few dozen BLEU no longer moves
 
 def check_config(cfg:TranslationConfig, where:str='config'):
     "Raise a one-line ValueError naming the first setting of `cfg` that no run can use"
@@ -629,7 +655,7 @@ def train(
     cfg:TranslationConfig,  # what to train (ignored on resume, except the run-length fields given in `overrides`)
     run_dir:str|Path,       # the run directory
     resume:bool=False,      # continue from `run_dir/checkpoints/last.pt`
-    overwrite:bool=False,   # delete the files of a run already in `run_dir` and start again
+    overwrite:bool=False,   # replace a run already in `run_dir` (kept until the new run's model is built)
     progress:bool=True,     # tqdm progress bars
     **overrides,            # on resume: new values for `RUN_LENGTH_FIELDS`
 )->dict:                    # summary (also in results.json when evaluated)
@@ -645,6 +671,8 @@ def train(
         cfg = dataclasses.replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
     elif not overwrite and (names := run_files(run_dir)): raise RunDirInUse(run_dir, names)
     check_config(cfg)           # every process, before anything else: a setting no run can use
+    if not resume and cfg.data not in ('synthetic', 'multi30k') and not os.path.isabs(cfg.data):
+        cfg = dataclasses.replace(cfg, data=os.path.abspath(cfg.data))   # resume, evaluate: the same folder from anywhere
     if cfg.threads: torch.set_num_threads(cfg.threads)
     device = _device(cfg)
     if device.type == 'cpu': tune_cpu_malloc()
@@ -665,26 +693,30 @@ def train(
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         if flag.item() and refused is None: raise ValueError("the first process refused the settings (its error says why)")
     if refused is not None: raise refused
-    if overwrite and not resume and main:   # only once the new run can start: its data loaded, its device set;
-        for name in run_files(run_dir):     # another run's tokenizer or metrics must not leak into this one
-            p = run_dir/name
-            p.unlink() if p.is_symlink() or not p.is_dir() else shutil.rmtree(p)
-    if main and not resume:   # on resume the config is rewritten only once the checkpoint has loaded
-        run_dir.mkdir(mode=0o755, parents=True, exist_ok=True)            # not writable by others, whatever
-        (run_dir/'checkpoints').mkdir(mode=0o755, exist_ok=True)          # the umask: `check_run_dir` reads it
-        atomic_write(run_dir/'config.json', json.dumps(asdict(cfg), indent=1), mode=RUN_FILE_MODE)
-    if main and not resume:
-        atomic_write(run_dir/'tokenizer.json', write=lambda tmp: new_tok.save(str(tmp)), mode=RUN_FILE_MODE)   # whole or absent
-    if world > 1: dist.barrier()
-    tok = read_tokenizer(run_dir/'tokenizer.json')
-    train_ex, val_ex = encode_pairs(tok, splits['train'], cfg.max_len), encode_pairs(tok, splits['val'], cfg.max_len)
-    lengths = [(len(s), len(t)) for s, t in train_ex]
+    # only once the new run can start (its data loaded, its device set): the old run moves aside, so that another
+    # run's tokenizer or metrics cannot leak into this one, and comes back if this one fails before its model is built
+    aside = set_aside(run_dir) if overwrite and not resume and main else None
+    try:
+        if main and not resume:   # on resume the config is rewritten only once the checkpoint has loaded
+            run_dir.mkdir(mode=0o755, parents=True, exist_ok=True)            # not writable by others, whatever
+            (run_dir/'checkpoints').mkdir(mode=0o755, exist_ok=True)          # the umask: `check_run_dir` reads it
+            atomic_write(run_dir/'config.json', json.dumps(asdict(cfg), indent=1), mode=RUN_FILE_MODE)
+        if main and not resume:
+            atomic_write(run_dir/'tokenizer.json', write=lambda tmp: new_tok.save(str(tmp)), mode=RUN_FILE_MODE)   # whole or absent
+        if world > 1: dist.barrier()
+        tok = read_tokenizer(run_dir/'tokenizer.json')
+        train_ex, val_ex = encode_pairs(tok, splits['train'], cfg.max_len), encode_pairs(tok, splits['val'], cfg.max_len)
+        lengths = [(len(s), len(t)) for s, t in train_ex]
 
-    random.seed(cfg.seed); torch.manual_seed(cfg.seed)
-    model = Seq2SeqTransformer(tok.get_vocab_size(), cfg.N, cfg.d_model, cfg.d_ff, cfg.h, cfg.dropout, cfg.position,
-                               cfg.max_len).to(device)
-    if cfg.cpu_speed and device.type == 'cpu': speed_up(model)   # the same model, faster on a CPU
-    opt, sched = make_optimizer(model, cfg)
+        random.seed(cfg.seed); torch.manual_seed(cfg.seed)
+        model = Seq2SeqTransformer(tok.get_vocab_size(), cfg.N, cfg.d_model, cfg.d_ff, cfg.h, cfg.dropout, cfg.position,
+                                   cfg.max_len).to(device)
+        if cfg.cpu_speed and device.type == 'cpu': speed_up(model)   # the same model, faster on a CPU
+        opt, sched = make_optimizer(model, cfg)
+    except BaseException:
+        if aside is not None: restore_aside(run_dir, aside)   # e.g. out of memory: the old run as it was
+        raise
+    if aside is not None: shutil.rmtree(aside)                # the new run is under way: the old one goes
     st = dict(epoch=0, batch=0, step=0, tokens=0, train_seconds=0.0)
     if resume:
         ck = read_checkpoint(ck_path, map_location=device)
@@ -732,6 +764,8 @@ def train(
         else: rngs = [rng_state()]
         if main: atomic_save(dict(model=model.state_dict(), optimizer=opt.state_dict(), scheduler=sched.state_dict(),
                                   state=dict(st), rng=rngs, config=asdict(cfg)), ck_path)
+        if main and resume and st['step'] != saved['step']:   # new final weights: the old ones' scores no longer hold
+            for f in final_weight_files(run_dir): f.unlink()
         saved['step'] = st['step']
 
     def out_of_time():
