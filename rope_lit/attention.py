@@ -104,7 +104,7 @@ def append_rotated(self:KVCache,
     q:Tensor,                   # (batch, heads, new, head_dim) new queries
     k:Tensor,                   # (batch, kv_heads, new, head_dim) new keys, not yet rotated
     v:Tensor,                   # (batch, kv_heads, new, head_dim) new values
-    positions:Tensor|None=None, # (new,) or (batch, new); default offset + 0, 1, ...
+    positions:Tensor|None=None, # (new,), (1, new) or (batch, new); default offset + 0, 1, ...
     offset:int|Tensor=0,        # added to the positions
 )->tuple[Tensor, Tensor, Tensor]: # q rotated, all keys and all values so far
     "Rotate `q` and `k` at their positions and store `k`, `v`, in one pass"

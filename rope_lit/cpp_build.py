@@ -112,10 +112,10 @@ def native_cache_dir()->Path:
     "Folder of built kernels: `$ROPE_LIT_CACHE`, else `rope_lit` in `$XDG_CACHE_HOME` or `~/.cache`"
     root = os.environ.get('ROPE_LIT_CACHE')
     root = Path(root) if root else Path(os.environ.get('XDG_CACHE_HOME') or Path.home() / '.cache') / 'rope_lit'
-    for folder in reversed([f for f in (root, *root.parents) if not f.exists()]):   # outermost first
+    for folder in reversed([f for f in (root, *root.parents) if not os.path.lexists(f)]):   # outermost first
         try: folder.mkdir(mode=0o700)   # each made here private (`parents=True` would give umask's 0o775)
         except FileExistsError: pass
-        except OSError: break
+        except OSError: break           # (one we may not look into counts as there: the checks below decide)
     if _own(root, group_ok=True) and not _own(root):   # ours, but group-writable (a umask of 002): close it
         try: os.chmod(root, 0o700)
         except OSError: pass

@@ -346,7 +346,7 @@ def _dynamic_inv_freq(self:RotaryEmbedding, length, device)->Tensor:
 # %% ../nbs/02_rope.ipynb #181dc07a
 def _check_positions(positions, batch:int, seq:int, name='positions'):
     "Raise unless `positions` is an int32/int64 tensor (seq,), (1, seq) or (batch, seq) (values: see `_check_values`)"
-    if not isinstance(positions, Tensor): raise TypeError(f"{name} must be an integer torch.Tensor of shape (seq,) or (batch, seq), got {type(positions).__name__}")
+    if not isinstance(positions, Tensor): raise TypeError(f"{name} must be an integer torch.Tensor of shape (seq,), (1, seq) or (batch, seq), got {type(positions).__name__}")
     check_position_dtype(positions, name)      # uint8 and bool would index the tables as masks
     if not shape_is(positions.shape, (seq,), (1, seq), (batch, seq)):   # (1, seq): shared, as transformers passes them
         raise ValueError(f"{name} must have shape (seq,) = ({seq},), (1, seq) or (batch, seq) = ({batch}, {seq}) matching the sequence dimension of the input, got {tuple(positions.shape)}")
@@ -733,11 +733,11 @@ def _position_streams(self:RotaryEmbedding, positions, batch:int, seq:int)->Tens
     shape = tuple(positions.shape) if isinstance(positions, Tensor) else positions
     if self.axial_2d:
         if not isinstance(positions, Tensor) or not shape_is(shape, (seq, 2), (1, seq, 2), (batch, seq, 2)):
-            raise ValueError(f"2-D axial positions must have shape (seq, 2) = ({seq}, 2) or (batch, seq, 2) = ({batch}, {seq}, 2), "
+            raise ValueError(f"2-D axial positions must have shape (seq, 2) = ({seq}, 2), (1, seq, 2) or (batch, seq, 2) = ({batch}, {seq}, 2), "
                              f"a (row, column) pair per patch (or pass grid=(H, W)), got {shape!r}")
         return (positions[0] if positions.ndim == 3 and batch != 1 and len(positions) == 1 else positions).movedim(-1, 0)
     if not isinstance(positions, Tensor) or not shape_is(shape, (3, seq), (3, 1, seq), (3, batch, seq)):
-        raise ValueError(f"M-RoPE positions must have shape (3, seq) = (3, {seq}) or (3, batch, seq) = (3, {batch}, {seq}), "
+        raise ValueError(f"M-RoPE positions must have shape (3, seq) = (3, {seq}), (3, 1, seq) or (3, batch, seq) = (3, {batch}, {seq}), "
                          f"the temporal, height and width streams, got {shape!r}")
     return positions[:, 0] if positions.ndim == 3 and batch != 1 and positions.shape[1] == 1 else positions
 
@@ -745,7 +745,7 @@ def _position_streams(self:RotaryEmbedding, positions, batch:int, seq:int)->Tens
 @patch
 def stream_cos_sin(self:RotaryEmbedding,
     seq:int,                    # sequence length
-    positions:Tensor|None=None, # M-RoPE: (3, [batch,] seq); 2-D: ([batch,] seq, 2), (row, column)
+    positions:Tensor|None=None, # M-RoPE: (3, [1 or batch,] seq); 2-D: ([1 or batch,] seq, 2), (row, column)
     offset:int|Tensor=0,        # int, or (batch,) integer tensor, added to every stream
     batch:int=1,                # batch size (for validating `positions`/`offset`)
     device=None,                # device of q and k

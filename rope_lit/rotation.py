@@ -374,7 +374,8 @@ def check_append_args(q, k, v, k_cache, v_cache, cos, sin, positions, offset)->t
         check_offset_tensor(offset, B)
         offsets, shift, first = offset, 0, offset.reshape(B).to('cpu', torch.long)  # a host read
     else:                             # an int: the same checks in plain Python, no tensors
-        traced = torch.compiler.is_compiling() and isinstance(offset, int) and not isinstance(offset, bool)
+        traced = isinstance(offset, torch.SymInt) or (torch.compiler.is_compiling() and isinstance(offset, int)
+                                                       and not isinstance(offset, bool))
         offsets, shift = None, offset if traced else operator.index(offset)   # traced: stays symbolic
         if shift < 0 or shift + S > L:
             raise PositionError(f"offset {shift} of batch row 0: slots {shift}..{shift + S - 1} are "

@@ -85,7 +85,7 @@ def build_parser()->argparse.ArgumentParser:
     e.add_argument('--run-dir', required=True, help='a run directory written by train')
     e.add_argument('--splits', nargs='+', default=['val', 'test_2016_flickr'], choices=SPLITS, help='splits to score')
     e.add_argument('--decodings', nargs='+', default=['greedy', 'beam'], choices=['greedy', 'beam'], help='decodings to score')
-    e.add_argument('--beam-size', type=number(int, 1), help="beam size (default: the run's)")
+    e.add_argument('--beam-size', type=number(int, 1, 256), help="beam size, at most 256 (default: the run's)")
     e.add_argument('--n-eval', type=number(int, 1), help='score only the first n pairs of each split; writes results.n{n}.json and '
                    'hyp.{split}.{decoding}.n{n}.en beside the full evaluation, never over it')
     e.add_argument('--average-last', type=number(int, 1), help='score the mean of the weights kept after the last n '
@@ -96,7 +96,7 @@ def build_parser()->argparse.ArgumentParser:
                        description='Translate sentences given as arguments, or one per line on standard input.')
     r.add_argument('--run-dir', required=True, help='a run directory written by train')
     r.add_argument('sentences', nargs='*', help='German sentences (default: read lines from standard input)')
-    r.add_argument('--beam-size', type=number(int, 1), default=1, help='1 = greedy (default), more = beam search')
+    r.add_argument('--beam-size', type=number(int, 1, 256), default=1, help='1 = greedy (default), more = beam search (at most 256)')
     r.add_argument('--length-penalty', type=number(float, 0), default=0.6, help='GNMT length penalty α of beam search (default 0.6)')
     r.add_argument('--device', type=_device_name, default='cpu', help='device to decode on (default cpu)')
     r.add_argument('--average-last', type=number(int, 1), help='translate with the mean of the weights kept after the '

@@ -33,8 +33,8 @@ __all__ = ['PRESETS', 'RUN_FILE_MODE', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', '
            'epoch_weights', 'may_stop_early', 'keep_epoch_weights', 'drop_stale_epoch_weights', 'average_checkpoints',
            'translate', 'score', 'train_step', 'tune_cpu_malloc', 'check_device', 'read_checkpoint', 'read_tokenizer',
            'read_config', 'hardware', 'eval_loss', 'first_detail', 'check_same_run', 'load_model', 'example_attention',
-           'evaluate', 'run_files', 'final_weight_files', 'set_aside', 'restore_aside', 'RunDirInUse', 'check_run_dir',
-           'check_config', 'check_settings', 'NonFiniteLoss', 'TrainingInterrupted', 'train']
+           'evaluate', 'run_files', 'final_weight_files', 'check_no_aside', 'set_aside', 'restore_aside', 'RunDirInUse',
+           'check_run_dir', 'check_config', 'check_settings', 'NonFiniteLoss', 'TrainingInterrupted', 'train']
 
 # %% ../../nbs/12_mt_train.ipynb #eea537c6
 @dataclass
@@ -518,7 +518,8 @@ def evaluate(
 
 # %% ../../nbs/12_mt_train.ipynb #3113ea85
 RUN_LENGTH_FIELDS = ('epochs', 'max_steps', 'time_budget', 'final_eval', 'checkpoint_every', 'epoch_checkpoints', 'keep_epochs', 'device', 'threads', 'eval_batch')
-RUN_FILES = ('config.json', 'tokenizer.json', 'checkpoints', 'metrics.jsonl', 'results.json', 'attention.json')
+RUN_FILES = ('config.json', 'tokenizer.json', 'checkpoints', 'metrics.jsonl', 'results.json', 'attention.json',
+             'entropy.json')   # (the last: attention entropy of the final weights, written by the GPU job)
 
 # %% ../../nbs/12_mt_train.ipynb #618738b6
 def run_files(run_dir:str|Path)->list[str]:
@@ -532,27 +533,43 @@ def run_files(run_dir:str|Path)->list[str]:
 def final_weight_files(run_dir:str|Path)->list[Path]:
     "The evaluation files of a run's final weights (not of averaged epochs): stale once training goes on"
     return [Path(run_dir)/n for n in run_files(run_dir)
-            if re.fullmatch(r'results(\.n\d+)?\.json|attention\.json|hyp\..+\.en', n) and '.avg' not in n]
+            if re.fullmatch(r'results(\.n\d+)?\.json|(attention|entropy)\.json|hyp\..+\.en', n) and '.avg' not in n]
 
 ASIDE = '.replaced'   # where an overwrite keeps the old run until the new one is built
 
-def set_aside(run_dir:Path)->Path:
-    "Move the run in `run_dir` into `run_dir/.replaced` (nothing deleted), where `restore_aside` finds it"
-    aside = run_dir/ASIDE
-    if aside.exists() or aside.is_symlink():
+def check_no_aside(run_dir:Path):
+    "Raise unless `run_dir` is free of a run that an overwrite set aside and was killed before it finished"
+    if os.path.lexists(run_dir/ASIDE):
         raise FileExistsError(f"run_dir {run_dir} holds {ASIDE}, a run set aside by an overwrite that was killed: "
-                              f"move its files back into {run_dir}, or delete it")
+                              f"move its files back into {run_dir} (if it holds no run) or delete it, then run again")
+
+def set_aside(run_dir:Path)->Path|None:
+    "Move the run in `run_dir` into `run_dir/.replaced` (nothing deleted), where `restore_aside` finds it; None: no run"
+    names = run_files(run_dir)
+    if not names: return None                   # a new folder, or one without a run: nothing to keep
+    check_no_aside(run_dir)
+    aside = run_dir/ASIDE
     aside.mkdir(mode=0o700)
-    for name in run_files(run_dir): os.replace(run_dir/name, aside/name)
+    moved = []
+    try:
+        for name in names: os.replace(run_dir/name, aside/name); moved.append(name)
+    except BaseException:                       # part moved: put it back, as if nothing happened
+        for name in moved: os.replace(aside/name, run_dir/name)
+        aside.rmdir()
+        raise
     return aside
 
 def restore_aside(run_dir:Path, aside:Path):
     "Put the run set aside back, removing what a failed new run wrote"
-    for name in run_files(run_dir):
-        p = run_dir/name
-        p.unlink() if p.is_symlink() or not p.is_dir() else shutil.rmtree(p)
+    _remove(run_dir, run_files(run_dir))
     for p in aside.iterdir(): os.replace(p, run_dir/p.name)
     aside.rmdir()
+
+def _remove(run_dir:Path, names):
+    "Delete these files or folders of `run_dir` (a link itself, never what it points to)"
+    for name in names:
+        p = run_dir/name
+        p.unlink() if p.is_symlink() or not p.is_dir() else shutil.rmtree(p)
 
 # %% ../../nbs/12_mt_train.ipynb #77584457
 class RunDirInUse(FileExistsError):
@@ -662,7 +679,8 @@ def train(
     "Train (or resume) a translation run in `run_dir`"
     run_dir = Path(run_dir); ck_path = run_dir/'checkpoints'/'last.pt'
     world, rank = int(os.environ.get('WORLD_SIZE', 1)), int(os.environ.get('RANK', 0))
-    check_run_dir(run_dir, files=not overwrite)   # overwrite deletes the run's files, links included, unread
+    check_run_dir(run_dir, files=not overwrite)   # overwrite moves the run's files aside (links too), unread
+    check_no_aside(run_dir)                       # an earlier overwrite killed half-way: its run is in there
     if resume:
         if not ck_path.is_file(): raise FileNotFoundError(f"cannot resume: {ck_path} does not exist")
         cfg = read_config(run_dir)
@@ -671,7 +689,8 @@ def train(
         cfg = dataclasses.replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
     elif not overwrite and (names := run_files(run_dir)): raise RunDirInUse(run_dir, names)
     check_config(cfg)           # every process, before anything else: a setting no run can use
-    if not resume and cfg.data not in ('synthetic', 'multi30k') and not os.path.isabs(cfg.data):
+    if (not resume and isinstance(cfg.data, (str, os.PathLike)) and str(cfg.data) not in ('synthetic', 'multi30k')
+            and not os.path.isabs(cfg.data)):
         cfg = dataclasses.replace(cfg, data=os.path.abspath(cfg.data))   # resume, evaluate: the same folder from anywhere
     if cfg.threads: torch.set_num_threads(cfg.threads)
     device = _device(cfg)
@@ -765,7 +784,7 @@ def train(
         if main: atomic_save(dict(model=model.state_dict(), optimizer=opt.state_dict(), scheduler=sched.state_dict(),
                                   state=dict(st), rng=rngs, config=asdict(cfg)), ck_path)
         if main and resume and st['step'] != saved['step']:   # new final weights: the old ones' scores no longer hold
-            for f in final_weight_files(run_dir): f.unlink()
+            _remove(run_dir, [f.name for f in final_weight_files(run_dir)])
         saved['step'] = st['step']
 
     def out_of_time():
