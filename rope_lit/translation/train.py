@@ -6,7 +6,7 @@ Docs: https://rope-lit.github.io/rope_lit/mt_train.html.md"""
 
 # %% ../../nbs/12_mt_train.ipynb #1e4ddece
 from __future__ import annotations
-import contextlib, dataclasses, json, math, os, platform, random, re, shutil, signal, sys, tempfile, threading, time
+import contextlib, dataclasses, hashlib, json, math, os, platform, random, re, shutil, signal, sys, tempfile, threading, time
 from dataclasses import dataclass, asdict
 from pathlib import Path
 import torch, torch.nn.functional as F
@@ -32,9 +32,10 @@ __all__ = ['PRESETS', 'RUN_FILE_MODE', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', '
            'load_optimizer_state', 'load_splits', 'atomic_save', 'rng_state', 'set_rng_state', 'epoch_number',
            'epoch_weights', 'may_stop_early', 'keep_epoch_weights', 'drop_stale_epoch_weights', 'average_checkpoints',
            'translate', 'score', 'train_step', 'tune_cpu_malloc', 'check_device', 'read_checkpoint', 'read_tokenizer',
-           'read_config', 'hardware', 'eval_loss', 'first_detail', 'check_same_run', 'load_model', 'example_attention',
-           'evaluate', 'run_files', 'final_weight_files', 'check_no_aside', 'set_aside', 'restore_aside', 'RunDirInUse',
-           'check_run_dir', 'check_config', 'check_settings', 'NonFiniteLoss', 'TrainingInterrupted', 'train']
+           'read_config', 'hardware', 'eval_loss', 'first_detail', 'check_same_run', 'tokenizer_digest', 'load_model',
+           'example_attention', 'evaluate', 'run_files', 'final_weight_files', 'check_no_aside', 'set_aside',
+           'restore_aside', 'RunDirInUse', 'check_run_dir', 'check_config', 'check_settings', 'NonFiniteLoss',
+           'TrainingInterrupted', 'train']
 
 # %% ../../nbs/12_mt_train.ipynb #eea537c6
 @dataclass
@@ -180,9 +181,10 @@ def may_stop_early(cfg:TranslationConfig)->bool:
     "Whether a run can end before `cfg.epochs` (a time budget or a step limit): it then keeps every epoch's weights"
     return cfg.time_budget is not None or cfg.max_steps is not None
 
-def keep_epoch_weights(model, run_dir:str|Path, epoch:int, keep:int):
+def keep_epoch_weights(model, run_dir:str|Path, epoch:int, keep:int, **run):
     "Save `model`'s weights as `checkpoints/epoch_NNN.pt` (NNN = `epoch`); delete those outside the last `keep` epochs"
-    atomic_save(dict(model=model.state_dict(), epoch=epoch), Path(run_dir)/'checkpoints'/f'epoch_{epoch:03d}.pt')
+    atomic_save(dict(model=model.state_dict(), epoch=epoch, **run),   # `run`: its config and tokenizer's digest
+                Path(run_dir)/'checkpoints'/f'epoch_{epoch:03d}.pt')
     for f in epoch_weights(run_dir):
         if not epoch - keep < epoch_number(f) <= epoch: f.unlink()   # older, or left by a run killed later on
 
@@ -196,12 +198,14 @@ def drop_stale_epoch_weights(run_dir:str|Path, cfg:TranslationConfig, epoch:int)
 # %% ../../nbs/12_mt_train.ipynb #223a74c4
 def average_checkpoints(
     paths:list,  # checkpoint files, each holding `model` weights of the same model
+    check=None,  # check(checkpoint, path): raises if a file is not of the run (e.g. `check_same_run`)
 )->dict:         # a state dict: the mean of every floating-point tensor; the others, equal in all files, as they are
     "The element-wise mean of the model weights saved in `paths`, summed in float64"
     if not paths: raise ValueError("paths: expected at least one checkpoint file, got none")
     first = total = None
     for p in paths:
         ck = load_checkpoint(Path(p), 'checkpoint')   # tensors and plain data only: never runs code
+        if check is not None: check(ck, p)
         w = ck.get('model') if isinstance(ck, dict) else None
         if not isinstance(w, dict) or not all(isinstance(v, torch.Tensor) for v in w.values()):
             raise ValueError(f"checkpoint {p}: expected {{'model': {{name: tensor}}}}, as train saves it")
@@ -420,6 +424,15 @@ def check_same_run(ck, cfg:TranslationConfig, ck_path, run_dir):
         raise ValueError(f"checkpoint {ck_path} was trained with other settings than {Path(run_dir)/'config.json'} ("
                          + ', '.join(f"{k}={v!r} against {ours[k]!r}" for k, v in sorted(other.items())[:3])
                          + "): the files come from different runs")
+    digest = ck.get('tokenizer_sha256') if isinstance(ck, dict) else None   # checkpoints since it was recorded
+    if digest is not None and digest != tokenizer_digest(run_dir):
+        raise ValueError(f"checkpoint {ck_path} was trained with another tokenizer than {Path(run_dir)/'tokenizer.json'}: "
+                         "the files come from different runs")
+
+def tokenizer_digest(run_dir)->str|None:
+    "SHA-256 of `run_dir/tokenizer.json`, which every checkpoint of the run records (None: no such file)"
+    try: return hashlib.sha256((Path(run_dir)/'tokenizer.json').read_bytes()).hexdigest()
+    except FileNotFoundError: return None
 
 
 # %% ../../nbs/12_mt_train.ipynb #6c0092d4
@@ -445,9 +458,9 @@ def load_model(
         if epochs != list(range(epochs[0], epochs[0] + average_last)):
             raise ValueError(f"average_last={average_last}: run_dir {run_dir} keeps the weights of epochs {epochs}, "
                              "which do not follow one another: average fewer, or train the run again")
-        weights = average_checkpoints(ck)
+        weights = average_checkpoints(ck, check=lambda saved, p: check_same_run(saved, cfg, p, run_dir))
         ck = f"{ck[0]} … {ck[-1].name}"
-        last = run_dir/'checkpoints'/'last.pt'   # the epochs' files keep only weights: the run's settings are here
+        last = run_dir/'checkpoints'/'last.pt'   # and last.pt's settings (epoch files of older runs hold none)
         if last.is_file(): check_same_run(read_checkpoint(last), cfg, last, run_dir)
     else:
         ck = run_dir/'checkpoints'/'last.pt'
@@ -724,6 +737,7 @@ def train(
             atomic_write(run_dir/'tokenizer.json', write=lambda tmp: new_tok.save(str(tmp)), mode=RUN_FILE_MODE)   # whole or absent
         if world > 1: dist.barrier()
         tok = read_tokenizer(run_dir/'tokenizer.json')
+        run_ids = dict(config=asdict(cfg), tokenizer_sha256=tokenizer_digest(run_dir))   # in every checkpoint
         train_ex, val_ex = encode_pairs(tok, splits['train'], cfg.max_len), encode_pairs(tok, splits['val'], cfg.max_len)
         lengths = [(len(s), len(t)) for s, t in train_ex]
 
@@ -782,7 +796,7 @@ def train(
         if world > 1: dist.all_gather_object(rngs, rng_state())
         else: rngs = [rng_state()]
         if main: atomic_save(dict(model=model.state_dict(), optimizer=opt.state_dict(), scheduler=sched.state_dict(),
-                                  state=dict(st), rng=rngs, config=asdict(cfg)), ck_path)
+                                  state=dict(st), rng=rngs, **run_ids), ck_path)
         if main and resume and st['step'] != saved['step']:   # new final weights: the old ones' scores no longer hold
             _remove(run_dir, [f.name for f in final_weight_files(run_dir)])
         saved['step'] = st['step']
@@ -845,7 +859,7 @@ def train(
                 if world > 1: dist.barrier()
                 if cfg.keep_epochs and (st['epoch'] > cfg.epochs - cfg.keep_epochs or may_stop_early(cfg)):
                     check_weights()
-                    if main: keep_epoch_weights(model, run_dir, st['epoch'], cfg.keep_epochs)
+                    if main: keep_epoch_weights(model, run_dir, st['epoch'], cfg.keep_epochs, **run_ids)
                 if cfg.epoch_checkpoints and st['epoch'] % cfg.epoch_checkpoints == 0 and st['epoch'] < cfg.epochs: save()
                 stopped = out_of_time()
         save()
