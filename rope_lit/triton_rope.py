@@ -233,10 +233,8 @@ def rotary_qk_triton(
             or not all(map(kernel_readable, (q, k, cos, sin)))):   # the reference (also torch.func, forward AD)
         return rotary_qk_eager(q, k, *table_rows(q, cos, sin, positions, offset), interleaved, inplace)
     cos, sin, positions, offset = offset_rows(q, cos, sin, positions, offset)
-    if positions is not None or offset is not None:   # every row the kernel reads, checked as other backends do
-        rows = positions if positions is not None else torch.arange(q.shape[2], device=q.device)
-        if offset is not None: rows = rows.long() + offset.long()[:, None]
-        check_table_rows(rows, cos.shape[-2], cos.device)
+    rows = table_rows(q, cos, sin, positions, offset)[2]   # every row the kernel reads (None: q's own rows)
+    if rows is not None: check_table_rows(rows, cos.shape[-2], cos.device)   # as the other backends check
     if torch.compiler.is_compiling():
         qo, ko = _triton_rotary_qk_op(q, k, cos, sin, positions, offset, bool(interleaved), False)
         if inplace: return q.copy_(qo), k.copy_(ko)
