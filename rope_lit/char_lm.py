@@ -65,12 +65,17 @@ def download_tiny_shakespeare(
 def load_text(
     path:str|Path|None=None, # text file; None: Tiny Shakespeare (`tiny_shakespeare_path()`)
 )->str:                      # the file's contents
-    "Read the training text, with a one-line error naming the path when it is missing"
+    "Read the UTF-8 training text, with a one-line error naming the path when it is missing, not UTF-8 or blank"
     path = Path(tiny_shakespeare_path() if path is None else path)
     if not path.is_file():
         raise FileNotFoundError(f"data file not found: {path} (get Tiny Shakespeare with `rope-lit-lm --download`, "
                                 "pass --data PATH, or use --size tiny for generated text)")
-    return path.read_text(encoding='utf-8')
+    try: text = path.read_bytes().decode('utf-8')
+    except UnicodeDecodeError as e:
+        raise ValueError(f"data file {path} is not UTF-8 text: invalid byte at offset {e.start}") from None
+    if not text.strip():
+        raise ValueError(f"data file {path} holds no text (it is empty or blank): expected a text to train on")
+    return text
 
 # %% ../nbs/14_char_lm.ipynb #0df8df78
 def generated_text(
@@ -422,7 +427,8 @@ def run_experiment(
     usable = min(cfg['eval_tokens'], len(val_ids) - 1)   # checked before training, not after it
     if max(cfg['contexts']) > usable:
         raise ValueError(f"contexts up to {max(cfg['contexts'])} need that many validation characters within "
-                         f"eval_tokens, got {usable}")
+                         f"eval_tokens, got {usable}: the validation text is the last tenth of the "
+                         f"{len(text)}-character text {cfg['data'] or 'Tiny Shakespeare'}")
     for scheme in schemes:   # every model's shape checked (built on 'meta': no memory) before any trains
         with torch.device('meta'): CharLM(**_model_config(cfg, len(vocab), scheme))
     # every saved model loaded (and checked) before any model trains or any file is written

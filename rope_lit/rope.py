@@ -352,11 +352,19 @@ def _check_positions(positions, batch:int, seq:int, name='positions'):
         raise ValueError(f"{name} must have shape (seq,) = ({seq},), (1, seq) or (batch, seq) = ({batch}, {seq}) matching the sequence dimension of the input, got {tuple(positions.shape)}")
 
 # %% ../nbs/02_rope.ipynb #099137ea
+def _read(flag:Tensor)->bool:
+    "`bool(flag)`; under `torch.vmap`, which cannot read a value, an error that says how to map over positions"
+    try: return bool(flag)
+    except RuntimeError as e:
+        if 'vmap' not in str(e): raise
+        raise RuntimeError("torch.vmap cannot read values, and RotaryEmbedding reads positions to check them: build it "
+                           "with validate_positions='off' to map over positions (their values are then not checked)") from None
+
 def _check_values(checks:list, host=False):
     "`checks`: (bad, message) pairs, `bad` a 0-d bool tensor. CPU flags (all, if `host`): one read, PositionError; CUDA: device asserts"
     if torch.compiler.is_compiling() or not checks: return
     on_host = [(bad, msg) for bad, msg in checks if host or bad.device.type == 'cpu']
-    if on_host and bool(torch.stack([bad.to(on_host[0][0].device) for bad, _ in on_host]).any()):  # the one read
+    if on_host and _read(torch.stack([bad.to(on_host[0][0].device) for bad, _ in on_host]).any()):  # the one read
         raise PositionError(next(msg for bad, msg in on_host if bool(bad)))
     for bad, msg in checks:
         if not host and bad.device.type == 'cuda': torch._assert_async(~bad, msg)

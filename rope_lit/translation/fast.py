@@ -467,10 +467,11 @@ def step(self:IncrementalDecoder,
 )->Tensor:           # (rows, vocab) float32 logits of the token at position `self.t + 1`
     "Feed one token per row; return the next-token logits"
     t, rows = self.t, self.rows
-    ok = isinstance(tokens, Tensor) and tokens.dtype in (torch.int32, torch.int64)   # as the PyTorch step needs
-    if not ok or tuple(tokens.shape) != (rows,):
-        got = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
-        raise ValueError(f"tokens must be a (rows,) = ({rows},) int32 or int64 tensor, got {got}")
+    if not isinstance(tokens, Tensor) or tokens.dtype not in (torch.int32, torch.int64):   # as the PyTorch step needs
+        got = tokens.dtype if isinstance(tokens, Tensor) else type(tokens).__name__
+        raise TypeError(f"tokens must be a (rows,) = ({rows},) int32 or int64 tensor, got {got}")
+    if tuple(tokens.shape) != (rows,):
+        raise ValueError(f"tokens must be a (rows,) = ({rows},) int32 or int64 tensor, got shape {tuple(tokens.shape)}")
     if t >= self.max_len - 1:
         raise PositionError(f"all {self.max_len - 1} steps of max_len={self.max_len} are used")
     if _rope_state(self._rotaries) != self._rope_state:   # rotated cross keys and C++ tables would be stale

@@ -142,6 +142,10 @@ def load_splits(cfg:TranslationConfig)->dict[str,list[tuple[str,str]]]:
         out = {s: read_parallel(d, s) for s in MULTI30K_SPLITS}
     if cfg.n_train is not None: out['train'] = out['train'][:cfg.n_train]
     if cfg.n_eval is not None: out = {s: (p if s == 'train' else p[:cfg.n_eval]) for s, p in out.items()}
+    for s, pairs in out.items():   # else an empty split stops with no full step, and a blank one scores BLEU 0
+        if not any(a.strip() and b.strip() for a, b in pairs):
+            raise ValueError(f"data {d}: the {s} split holds no sentence pair with text on both sides "
+                             f"(expected line-aligned {s}.de and {s}.en, one sentence per line)")
     return out
 
 # %% ../../nbs/12_mt_train.ipynb #c403b1b4
@@ -413,10 +417,13 @@ def first_detail(e:Exception)->str:
     return f"{type(e).__name__}: {line}"
 
 # %% ../../nbs/12_mt_train.ipynb #14b50b1c
-def check_same_run(ck, cfg:TranslationConfig, ck_path, run_dir):
+def check_same_run(ck, cfg:TranslationConfig, ck_path, run_dir, need_config:bool=True):
     "Raise a one-line ValueError if checkpoint `ck` was trained with settings other than `cfg`'s, up to the run length"
     ours = json.loads(json.dumps(asdict(cfg)))
     saved = ck.get('config') if isinstance(ck, dict) else None
+    if need_config and not isinstance(saved, dict):   # last.pt has always recorded them; old epoch files do not
+        raise ValueError(f"checkpoint {ck_path} records no settings (no 'config'), so it cannot be told to be this "
+                         "run's: restore it from a copy, or train the run again")
     if isinstance(saved, dict): saved = json.loads(json.dumps(saved, default=str))   # lists, as config.json has them
     other = {k: v for k, v in (saved if isinstance(saved, dict) else {}).items()
              if k in ours and k not in RUN_LENGTH_FIELDS and ours[k] != v}
@@ -458,7 +465,7 @@ def load_model(
         if epochs != list(range(epochs[0], epochs[0] + average_last)):
             raise ValueError(f"average_last={average_last}: run_dir {run_dir} keeps the weights of epochs {epochs}, "
                              "which do not follow one another: average fewer, or train the run again")
-        weights = average_checkpoints(ck, check=lambda saved, p: check_same_run(saved, cfg, p, run_dir))
+        weights = average_checkpoints(ck, check=lambda saved, p: check_same_run(saved, cfg, p, run_dir, False))
         ck = f"{ck[0]} … {ck[-1].name}"
         last = run_dir/'checkpoints'/'last.pt'   # and last.pt's settings (epoch files of older runs hold none)
         if last.is_file(): check_same_run(read_checkpoint(last), cfg, last, run_dir)
