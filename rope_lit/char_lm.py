@@ -70,7 +70,7 @@ def load_text(
     if not path.is_file():
         raise FileNotFoundError(f"data file not found: {path} (get Tiny Shakespeare with `rope-lit-lm --download`, "
                                 "pass --data PATH, or use --size tiny for generated text)")
-    try: text = path.read_bytes().decode('utf-8')
+    try: text = path.read_text(encoding='utf-8')   # line endings \r\n and \r read as \n
     except UnicodeDecodeError as e:
         raise ValueError(f"data file {path} is not UTF-8 text: invalid byte at offset {e.start}") from None
     if not text.strip():
@@ -426,9 +426,11 @@ def run_experiment(
     cfg.update(train_chars=len(train_ids), val_chars=len(val_ids), vocab_size=len(vocab))
     usable = min(cfg['eval_tokens'], len(val_ids) - 1)   # checked before training, not after it
     if max(cfg['contexts']) > usable:
+        name = {'generated': 'the generated text', None: 'Tiny Shakespeare'}.get(cfg['data'], f"data {cfg['data']}")
+        why = (f"raise eval_tokens ({cfg['eval_tokens']})" if usable == cfg['eval_tokens'] else
+               f"the validation text is the last tenth of {name}, {len(text)} characters long")
         raise ValueError(f"contexts up to {max(cfg['contexts'])} need that many validation characters within "
-                         f"eval_tokens, got {usable}: the validation text is the last tenth of the "
-                         f"{len(text)}-character text {cfg['data'] or 'Tiny Shakespeare'}")
+                         f"eval_tokens, got {usable}: {why}")
     for scheme in schemes:   # every model's shape checked (built on 'meta': no memory) before any trains
         with torch.device('meta'): CharLM(**_model_config(cfg, len(vocab), scheme))
     # every saved model loaded (and checked) before any model trains or any file is written

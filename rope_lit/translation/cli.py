@@ -179,7 +179,7 @@ def run_command(args: argparse.Namespace) -> dict | list:
     renewed = summary is not None and average and summary.get('averaged_epochs') != averaged
     if renewed:  # the mean of other epochs than this file's: its scores are replaced, not added to
         summary = None
-    splits = load_splits(cfg)
+    splits = load_splits(cfg, tuple(args.splits))
     res = evaluate(
         model,
         tok,
@@ -259,15 +259,22 @@ def main(argv: list[str] | None = None):
 
 # %% ../../nbs/12a_mt_cli.ipynb #c6a5f57d
 def stdin_lines() -> list[str]:
-    "The lines of standard input, read as UTF-8 (a leading byte-order mark dropped), without their line endings"
-    stream = getattr(sys.stdin, 'buffer', None)   # the bytes beneath, so that a decoding error can be named
+    "The lines of standard input in its encoding (UTF-8 unless the locale or PYTHONIOENCODING say otherwise)"
+    if sys.stdin is None:  # started with standard input closed
+        raise ValueError("standard input is closed: give the sentences as arguments, or pipe them in")
+    stream = getattr(sys.stdin, 'buffer', None)  # the bytes beneath, so that a decoding error can be named
     if stream is None:
         text = sys.stdin.read()
     else:
+        encoding = getattr(sys.stdin, 'encoding', None) or 'utf-8'
         try:
-            text = stream.read().decode('utf-8-sig')
+            text = stream.read().decode(encoding)
         except UnicodeDecodeError as e:
-            raise ValueError(f"standard input is not UTF-8 text: invalid byte at offset {e.start}") from None
+            raise ValueError(
+                f"standard input is not {encoding} text: invalid byte at offset {e.start} "
+                "(rope_lit reads the encoding that Python gives standard input; PYTHONIOENCODING sets it)"
+            ) from None
+    text = text.removeprefix('\ufeff')  # a byte-order mark, as some editors write
     lines = text.split('\n')
     if lines[-1] == '':   # the newline that ends the last line
         lines.pop()

@@ -128,8 +128,13 @@ def load_optimizer_state(opt, state:dict):
     for g, (fused, foreach) in zip(opt.param_groups, kept): g['fused'], g['foreach'] = fused, foreach
 
 # %% ../../nbs/12_mt_train.ipynb #d82c033f
-def load_splits(cfg:TranslationConfig)->dict[str,list[tuple[str,str]]]:
+def load_splits(
+    cfg:TranslationConfig,         # its `data`, `n_train` and `n_eval`
+    need:tuple=MULTI30K_SPLITS,    # the splits that must hold text (those the caller uses)
+)->dict[str,list[tuple[str,str]]]: # split -> (source, target) pairs
     "The (source, target) pairs of train, val and test_2016_flickr for `cfg.data`"
+    if isinstance(need, str) or not set(need) <= set(MULTI30K_SPLITS):
+        raise ValueError(f"need must be a tuple of split names from {MULTI30K_SPLITS}, got {need!r}")
     if cfg.data == 'synthetic':   # written in the Multi30k layout and read back like real data, then deleted
         with tempfile.TemporaryDirectory(prefix='rope_lit_syn_') as tmp:
             d = synthetic_corpus(tmp, n_train=1000, n_val=100, n_test=100, seed=12345)
@@ -140,11 +145,14 @@ def load_splits(cfg:TranslationConfig)->dict[str,list[tuple[str,str]]]:
             "data='multi30k' but no Multi30k folder was found: download it with `rope-lit-translate download` "
             f"(into {multi30k_download_dir()}), or pass a folder of the raw files, or set $ROPE_LIT_MULTI30K")
         out = {s: read_parallel(d, s) for s in MULTI30K_SPLITS}
+    sizes = {s: len(p) for s, p in out.items()}
     if cfg.n_train is not None: out['train'] = out['train'][:cfg.n_train]
     if cfg.n_eval is not None: out = {s: (p if s == 'train' else p[:cfg.n_eval]) for s, p in out.items()}
-    for s, pairs in out.items():   # else an empty split stops with no full step, and a blank one scores BLEU 0
-        if not any(a.strip() and b.strip() for a, b in pairs):
-            raise ValueError(f"data {d}: the {s} split holds no sentence pair with text on both sides "
+    for s in need:   # else an empty split stops with no full step, and a blank one scores BLEU 0
+        if not any(a.strip() and b.strip() for a, b in out[s]):
+            cut, knob = (cfg.n_train, 'n_train') if s == 'train' else (cfg.n_eval, 'n_eval')
+            where = f"the first {cut} pairs ({knob}) of the {s} split" if cut and cut < sizes[s] else f"the {s} split"
+            raise ValueError(f"data {d}: there is no sentence pair with text on both sides in {where} "
                              f"(expected line-aligned {s}.de and {s}.en, one sentence per line)")
     return out
 
@@ -720,7 +728,8 @@ def train(
         if device.type == 'cuda': device = torch.device('cuda', int(os.environ.get('LOCAL_RANK', 0))); torch.cuda.set_device(device)
         dist.init_process_group('nccl' if device.type == 'cuda' else 'gloo')
     main = rank == 0
-    splits = load_splits(cfg)   # first: a run whose data is missing leaves no folder behind
+    # first: a run whose data is missing (or has no text) leaves no folder behind
+    splits = load_splits(cfg, ('train', 'val') + ('test_2016_flickr',) * cfg.final_eval)
     refused = None
     if main and not resume:     # then every setting, before any file is deleted or written
         try:
