@@ -13,7 +13,7 @@ from .data import PAD, collate
 from ..cli_args import check_private
 
 # %% auto #0
-__all__ = ['KINDS', 'load_run', 'runs_table', 'scheme_table', 'plot_curves', 'attention_grid', 'plot_attention',
+__all__ = ['KINDS', 'SCHEME_COLOURS', 'load_run', 'runs_table', 'scheme_table', 'plot_curves', 'attention_grid', 'plot_attention',
            'attention_entropy', 'entropy_summary', 'entropy_table', 'plot_entropy']
 
 # %% ../../nbs/13_mt_results.ipynb #28ddfe99
@@ -185,6 +185,9 @@ def entropy_table(summary:dict)->str:
     return '\n'.join(head + rows)
 
 # %% ../../nbs/13_mt_results.ipynb #221f2a6b
+SCHEME_COLOURS = {'sinusoidal': 'tab:blue', 'rope': 'tab:red', 'rope+cross': 'tab:green', 'hexu': 'tab:purple',
+                  'learned': 'tab:orange', 'none': 'tab:gray'}   # one colour per position scheme, in every figure
+
 def plot_entropy(summary:dict):
     "Entropy against layer, one panel per kind, a line per scheme with a band of ± one sd over seeds"
     import matplotlib.pyplot as plt
@@ -192,9 +195,10 @@ def plot_entropy(summary:dict):
     for ax, k in zip(axes, KINDS):
         for s, kinds in summary.items():
             m = kinds[k]['layers']; x = range(1, len(m) + 1)
-            ax.plot(x, [a for a, _, _ in m], marker='o', label=s)
+            ax.plot(x, [a for a, _, _ in m], marker='o', label=s, color=SCHEME_COLOURS.get(s))
             if all(sd is not None for _, sd, _ in m):
-                ax.fill_between(x, [a - sd for a, sd, _ in m], [a + sd for a, sd, _ in m], alpha=0.2)
+                ax.fill_between(x, [a - sd for a, sd, _ in m], [a + sd for a, sd, _ in m], alpha=0.2,
+                                color=SCHEME_COLOURS.get(s))
         ax.set_title({'encoder': 'encoder self', 'decoder': 'decoder self', 'cross': 'cross'}[k])
         ax.set_xlabel('layer'); ax.set_xticks(list(x))
     axes[0].set_ylabel('mean entropy (nats)'); axes[-1].legend(fontsize=7)

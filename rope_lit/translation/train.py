@@ -6,7 +6,7 @@ Docs: https://rope-lit.github.io/rope_lit/mt_train.html.md"""
 
 # %% ../../nbs/12_mt_train.ipynb #1e4ddece
 from __future__ import annotations
-import contextlib, dataclasses, hashlib, json, math, os, platform, random, re, shutil, signal, sys, tempfile, threading, time
+import contextlib, dataclasses, gc, hashlib, json, math, os, platform, random, re, shutil, signal, sys, tempfile, threading, time
 from dataclasses import dataclass, asdict
 from pathlib import Path
 import torch, torch.nn.functional as F
@@ -879,6 +879,8 @@ def train(
                 if cfg.epoch_checkpoints and st['epoch'] % cfg.epoch_checkpoints == 0 and st['epoch'] < cfg.epochs: save()
                 stopped = out_of_time()
         save()
+    net = fwd = None   # the DDP wrapper goes before its process group: freed after it, at exit, gloo's teardown
+    if world > 1: gc.collect()   # can wait for the interpreter lock forever (seen once in a two-process test)
     if halt['signal']:
         if world > 1: dist.destroy_process_group()
         raise TrainingInterrupted(halt['signal'], st['step'], st['epoch'] + 1, ck_path)
