@@ -94,13 +94,17 @@ def require(
         ap.exit(1, f"{ap.prog}: error: needs {', '.join(missing)}: pip install 'rope_lit[experiments]'\n")
 
 # %% ../nbs/15_cli_args.ipynb #outw0002
-def _link_refusal(path)->str|None:
-    "Why rope_lit will not write through `path`, a symbolic link someone else could have planted; else None"
-    if not (hasattr(os, 'geteuid') and os.path.islink(path)): return None
-    if os.lstat(path).st_uid not in (0, os.geteuid()):
-        return f"{path} is a symbolic link that another user owns"
-    if (folder := unsafe_parent(path)) is not None:
-        return f"{path} is a symbolic link in {folder}, which other users may write (or own)"
+def _write_refusal(path)->str|None:
+    "Why rope_lit will not write `path` (a symbolic link someone else could have planted, a read-only file); else None"
+    if hasattr(os, 'geteuid') and os.path.islink(path):
+        if os.lstat(path).st_uid not in (0, os.geteuid()):
+            return f"{path} is a symbolic link that another user owns; rope_lit does not write through it"
+        if (folder := unsafe_parent(path)) is not None:
+            return (f"{path} is a symbolic link in {folder}, which other users may write (or own); "
+                    "rope_lit does not write through it")
+    target = Path(path).resolve() if os.path.islink(path) else Path(path)
+    if target.exists() and not target.stat().st_mode & 0o222:   # no write permission for anyone
+        return f"{target} is read-only (no write permission)"
     return None
 
 def atomic_write(
@@ -111,11 +115,9 @@ def atomic_write(
 )->Path:                       # path
     "Write `path` through a temporary file beside it, on disk before `os.replace` renames it: never half-written"
     if (data is None) == (write is None): raise ValueError("give data or write, not both or neither")
-    if (why := _link_refusal(path)) is not None:     # it could point anywhere: e.g. planted in a shared folder
-        raise PermissionError(f"{why}: rope_lit does not write through it; remove the link, or write elsewhere")
+    if (why := _write_refusal(path)) is not None:    # a link could point anywhere: e.g. planted in a shared folder
+        raise PermissionError(f"{why}: not replaced; remove the link or make the file writable, or write elsewhere")
     path = Path(path).resolve() if Path(path).is_symlink() else Path(path)
-    if path.exists() and not path.stat().st_mode & 0o222:   # no write permission for anyone
-        raise PermissionError(f"{path} is read-only (no write permission): not replaced")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}{path.suffix}"
     # created as open() creates a file (mode 0o666 less the umask), or with the old file's mode
@@ -148,10 +150,8 @@ def refuse_overwrite(
             if not p.is_dir(): ap.error(f"argument --out: {p} is a file; --out names a folder for the results")
             break
     for n in names:                             # what `atomic_write` would refuse, refused before the run
-        if (why := _link_refusal(Path(out) / n)) is not None:
-            ap.error(f"argument --out: {why}; rope_lit does not write through it: remove it, or choose another --out")
-        if (Path(out) / n).exists() and not (Path(out) / n).stat().st_mode & 0o222:
-            ap.error(f"argument --out: {Path(out) / n} is read-only: make it writable, or choose another --out")
+        if (why := _write_refusal(Path(out) / n)) is not None:
+            ap.error(f"argument --out: {why}: remove the link or make the file writable, or choose another --out")
     held = [n for n in names if (Path(out) / n).exists()]
     if held and not overwrite:
         ap.error(f"argument --out: {out} already holds {', '.join(held)} of an earlier run; pass "

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 from .rotation import rotary_qk as rotary_qk_eager, complex_viewable, rotate_complex
 from .rotation import check_table_rows, check_disjoint, check_qk_args, offset_rows, check_append_args
+from .rotation import traced_offset
 from .rotation import table_rows, kernel_readable, check_caches_apart, check_offset_tensor
 from .rotation import PositionError, check_position_dtype
 from .compiled import COMPILE_MIN_NUMEL, compile_available, rotary_qk_compiled
@@ -70,10 +71,8 @@ def _int64(offset)->int:
     return v
 
 def _shift(offset):
-    "An int offset inside a traced graph: a symbolic one stays symbolic (no recompile per value)"
-    if torch.compiler.is_compiling() and isinstance(offset, (int, torch.SymInt)) and not isinstance(offset, bool):
-        return offset   # traced, `operator.index` would fix the value in a guard; the kernel checks its range
-    return _int64(offset)
+    "An int offset; inside a traced graph a symbolic one stays symbolic (no recompile per value; the kernel checks it)"
+    return offset if traced_offset(offset) else _int64(offset)
 
 # %% ../nbs/04_kernels.ipynb #2e9eb4f9
 def rotary_qk_native(

@@ -15,7 +15,7 @@ from torch.autograd import forward_ad
 __all__ = ['rotate_complex', 'complex_viewable', 'apply_rotary', 'rotary_cos_sin', 'check_writable', 'apply_rotary_',
            'PositionError', 'check_position_dtype', 'shape_is', 'check_table_rows', 'rotary_qk', 'check_disjoint',
            'check_caches_apart', 'check_qk_args', 'check_offset_tensor', 'offset_rows', 'table_rows', 'kernel_readable',
-           'check_append_args']
+           'traced_offset', 'check_append_args']
 
 # %% ../nbs/01a_rotation.ipynb #5d0a4546
 def _check_rotary_inputs(x, cos, sin, name='x'):
@@ -333,6 +333,11 @@ def kernel_readable(t:Tensor)->bool:
     return forward_ad.unpack_dual(t).tangent is None
 
 # %% ../nbs/01a_rotation.ipynb #rotchk5
+def traced_offset(offset)->bool:
+    "Whether int `offset` is traced by torch.compile: it must stay symbolic (`operator.index` would fix it in a guard)"
+    return isinstance(offset, torch.SymInt) or (torch.compiler.is_compiling() and isinstance(offset, int)
+                                                and not isinstance(offset, bool))
+
 def check_append_args(q, k, v, k_cache, v_cache, cos, sin, positions, offset)->tuple:
     "Raise (the native kernel's messages) unless the arguments fit; return `(offsets, shift)`"
     for t in (q, k, v, k_cache, v_cache):
@@ -374,9 +379,7 @@ def check_append_args(q, k, v, k_cache, v_cache, cos, sin, positions, offset)->t
         check_offset_tensor(offset, B)
         offsets, shift, first = offset, 0, offset.reshape(B).to('cpu', torch.long)  # a host read
     else:                             # an int: the same checks in plain Python, no tensors
-        traced = isinstance(offset, torch.SymInt) or (torch.compiler.is_compiling() and isinstance(offset, int)
-                                                       and not isinstance(offset, bool))
-        offsets, shift = None, offset if traced else operator.index(offset)   # traced: stays symbolic
+        offsets, shift = None, offset if traced_offset(offset) else operator.index(offset)
         if shift < 0 or shift + S > L:
             raise PositionError(f"offset {shift} of batch row 0: slots {shift}..{shift + S - 1} are "
                                 f"outside the cache of max_len {L}")
