@@ -13,7 +13,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 from .rotation import rotary_qk as rotary_qk_eager, complex_viewable, rotate_complex
-from .rotation import check_table_rows, check_qk_args, table_rows, kernel_readable
+from .rotation import gather_table_rows, check_qk_args, table_rows, kernel_readable
 
 # %% ../nbs/04e_compiled.ipynb #2d1d3e82
 def _rotate_pairs(x, c, s, interleaved:bool):
@@ -117,9 +117,8 @@ def rotary_qk_compiled(
     check_qk_args(q, k, cos, sin, positions, inplace)
     if q.shape[2] == 0: return (q, k) if inplace else (q.clone(), k.clone())   # nothing to rotate
     cos, sin, positions = table_rows(q, cos, sin, positions, offset)
-    if positions is not None:
-        check_table_rows(positions, cos.shape[-2], cos.device)   # never wrap around like Python indices
-        cos, sin = cos[positions], sin[positions]
+    if positions is not None:   # checked: never wraps around like Python indices
+        cos, sin = gather_table_rows(cos, sin, positions)
     # traced by an outer compiler (or cos/sin need gradients): the plain formula
     if (cos.requires_grad or sin.requires_grad or torch.compiler.is_compiling()
             or not all(map(kernel_readable, (q, k, cos, sin)))):   # torch.func, forward-mode AD

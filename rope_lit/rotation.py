@@ -13,9 +13,9 @@ from torch.autograd import forward_ad
 
 # %% auto #0
 __all__ = ['rotate_complex', 'complex_viewable', 'apply_rotary', 'rotary_cos_sin', 'check_writable', 'apply_rotary_',
-           'PositionError', 'check_position_dtype', 'shape_is', 'check_table_rows', 'rotary_qk', 'check_disjoint',
-           'check_caches_apart', 'check_qk_args', 'check_offset_tensor', 'offset_rows', 'table_rows', 'kernel_readable',
-           'traced_offset', 'check_append_args']
+           'PositionError', 'check_position_dtype', 'shape_is', 'check_table_rows', 'gather_table_rows', 'rotary_qk',
+           'check_disjoint', 'check_caches_apart', 'check_qk_args', 'check_offset_tensor', 'offset_rows', 'table_rows',
+           'kernel_readable', 'traced_offset', 'check_append_args']
 
 # %% ../nbs/01a_rotation.ipynb #5d0a4546
 def _check_rotary_inputs(x, cos, sin, name='x'):
@@ -196,6 +196,22 @@ def check_table_rows(
         raise PositionError(f"positions must be rows of the cos/sin table, in [0, {n_rows}): "
                             f"got {lo if lo < 0 else hi}")
 
+# %% ../nbs/01a_rotation.ipynb #bc0c93cd
+def gather_table_rows(
+    cos:Tensor,             # a cos table (n_rows, r/2)
+    sin:Tensor,             # the sin table, same shape
+    positions:Tensor,       # integer rows
+)->tuple[Tensor, Tensor]:   # cos[positions], sin[positions]
+    "`cos[positions]`, `sin[positions]`, checked first; compiled, a position outside the table reads NaN, never a row"
+    check_table_rows(positions, cos.shape[-2], cos.device)
+    if not torch.compiler.is_compiling() or positions.numel() == 0: return cos[positions], sin[positions]
+    n = cos.shape[-2]
+    if n == 0: raise PositionError("positions index a cos/sin table with no rows")
+    inside = ((positions >= 0) & (positions < n)).unsqueeze(-1)
+    rows = positions.clamp(0, n - 1)                    # a row of the table, whatever the position
+    nan = torch.full((), float('nan'), dtype=cos.dtype, device=cos.device)
+    return torch.where(inside, cos[rows], nan), torch.where(inside, sin[rows], nan)
+
 # %% ../nbs/01a_rotation.ipynb #b22a7275
 def rotary_qk(
     q:Tensor,             # (batch, heads_q, seq, head_dim)
@@ -210,9 +226,7 @@ def rotary_qk(
     for n, t in (('q', q), ('k', k)):
         if not isinstance(t, Tensor) or t.ndim != 4:
             raise ValueError(f"{n} must be a 4-D tensor (batch, heads, seq, head_dim)")
-    if positions is not None:
-        check_table_rows(positions, cos.shape[-2], cos.device)
-        cos, sin = cos[positions], sin[positions]
+    if positions is not None: cos, sin = gather_table_rows(cos, sin, positions)
     elif cos.shape[-2] > q.shape[2]:   # a longer table: its first rows, as the fused backends read it
         cos, sin = cos[..., :q.shape[2], :], sin[..., :q.shape[2], :]
     if cos.ndim == 3: cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (batch, 1, seq, r/2)
