@@ -13,8 +13,8 @@ from .data import PAD, collate
 from ..cli_args import check_private
 
 # %% auto #0
-__all__ = ['KINDS', 'SCHEME_COLOURS', 'load_run', 'runs_table', 'scheme_table', 'plot_curves', 'attention_grid', 'plot_attention',
-           'attention_entropy', 'entropy_summary', 'entropy_table', 'plot_entropy']
+__all__ = ['KINDS', 'SCHEME_COLOURS', 'load_run', 'runs_markdown', 'scheme_markdown', 'plot_curves', 'attention_grid',
+           'plot_attention', 'attention_entropy', 'entropy_summary', 'entropy_table', 'plot_entropy']
 
 # %% ../../nbs/13_mt_results.ipynb #28ddfe99
 def load_run(path:str|Path)->dict:
@@ -35,7 +35,7 @@ def load_run(path:str|Path)->dict:
     return run
 
 # %% ../../nbs/13_mt_results.ipynb #f315c480
-def runs_table(runs:list[dict])->str:
+def runs_markdown(runs:list[dict])->str:
     "Markdown table: one row per run, BLEU/chrF on val and test_2016_flickr, greedy / beam"
     rows = ['| run | position | seed | epochs | train min | tokens/s | val BLEU | test BLEU '
             '| test chrF |',
@@ -53,7 +53,7 @@ def runs_table(runs:list[dict])->str:
 def _ms(xs):   # mean ± standard deviation, or the one value
     return f"{statistics.mean(xs):.2f} ± {statistics.stdev(xs):.2f}" if len(xs) > 1 else f"{xs[0]:.2f}"
 
-def scheme_table(runs:list[dict], split:str='test_2016_flickr')->str:
+def scheme_markdown(runs:list[dict], split:str='test_2016_flickr')->str:
     "Markdown table: mean ± sample standard deviation over seeds, per position scheme"
     by = {}
     for r in runs: by.setdefault(r['config']['position'], []).append(r)
