@@ -189,12 +189,17 @@ def load_checkpoint(
     path,                       # the file
     what:str='checkpoint',      # what it is, in the error
     map_location='cpu',         # as for `torch.load`
+    mmap:bool=False,            # map the tensors from the file instead of reading them in (files of torch >= 1.6)
 ):                              # what `torch.save` stored: tensors, numbers, strings, lists, tuples, dicts
     "`torch.load(path, weights_only=True)`, with one-line errors naming the file; never runs code from it"
     import pickle, torch
     path = Path(path)
     if not path.is_file(): raise FileNotFoundError(f"{what} {path} does not exist")
-    try: return torch.load(path, map_location=map_location, weights_only=True)
+    try:
+        try: return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+        except RuntimeError as e:   # torch.save's format before 1.6 (or not a checkpoint): read it in
+            if not (mmap and 'mmap can only be used' in str(e)): raise
+            return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
         if 'Weights only load failed' in str(e):
             raise ValueError(f"{what} {path} holds objects other than tensors, numbers, strings, lists and "

@@ -216,7 +216,7 @@ def average_checkpoints(
     if not paths: raise ValueError("paths: expected at least one checkpoint file, got none")
     first = total = None
     for p in paths:
-        ck = load_checkpoint(Path(p), 'checkpoint')   # tensors and plain data only: never runs code
+        ck = load_checkpoint(Path(p), 'checkpoint', mmap=True)   # tensors and plain data only: never runs code
         if check is not None: check(ck, p)
         w = ck.get('model') if isinstance(ck, dict) else None
         if not isinstance(w, dict) or not all(isinstance(v, torch.Tensor) for v in w.values()):
@@ -345,9 +345,9 @@ def check_device(name:str)->torch.device:
 def _device(cfg): return check_device(cfg.device)
 
 # %% ../../nbs/12_mt_train.ipynb #00e94fcf
-def read_checkpoint(path:Path, map_location='cpu')->dict:
+def read_checkpoint(path:Path, map_location='cpu', mmap:bool=False)->dict:
     "A checkpoint, read without unpickling anything but tensors and plain data (`load_checkpoint`), or a one-line error"
-    try: return load_checkpoint(path, 'checkpoint', map_location)
+    try: return load_checkpoint(path, 'checkpoint', map_location, mmap)
     except ValueError as e:
         raise ValueError(f"{e}: restore it from a copy, or train the run again") from None
 
@@ -476,11 +476,11 @@ def load_model(
         weights = average_checkpoints(ck, check=lambda saved, p: check_same_run(saved, cfg, p, run_dir, False))
         ck = f"{ck[0]} … {ck[-1].name}"
         last = run_dir/'checkpoints'/'last.pt'   # and last.pt's settings (epoch files of older runs hold none)
-        if last.is_file(): check_same_run(read_checkpoint(last), cfg, last, run_dir)
+        if last.is_file(): check_same_run(read_checkpoint(last, mmap=True), cfg, last, run_dir)
     else:
         ck = run_dir/'checkpoints'/'last.pt'
         if not ck.is_file(): raise FileNotFoundError(f"run_dir {run_dir} has no checkpoints/last.pt")
-        saved = read_checkpoint(ck)
+        saved = read_checkpoint(ck, mmap=True)   # mapped: only the weights are read, once, into the model
         check_same_run(saved, cfg, ck, run_dir)
         weights = saved.get('model') if isinstance(saved, dict) else None
         if not isinstance(weights, dict):
