@@ -94,8 +94,17 @@ def require(
         ap.exit(1, f"{ap.prog}: error: needs {', '.join(missing)}: pip install 'rope_lit[experiments]'\n")
 
 # %% ../nbs/15_cli_args.ipynb #outw0002
+def _foreign_link(path)->Path|None:
+    "The first folder above `path`, as named, that is a symbolic link another user owns (root's are trusted); else None"
+    if not hasattr(os, 'geteuid'): return None        # no POSIX owners (Windows): nothing to compare
+    for folder in Path(os.path.abspath(path)).parents:
+        if os.path.islink(folder) and os.lstat(folder).st_uid not in (0, os.geteuid()): return folder
+    return None
+
 def _write_refusal(path)->str|None:
     "Why rope_lit will not write `path` (a symbolic link someone else could have planted, a read-only file); else None"
+    if (link := _foreign_link(path)) is not None:     # planted as a folder on the way: the file lands where it leads
+        return f"{link} is a symbolic link that another user owns; rope_lit does not write through it"
     if hasattr(os, 'geteuid') and os.path.islink(path):
         if os.lstat(path).st_uid not in (0, os.geteuid()):
             return f"{path} is a symbolic link that another user owns; rope_lit does not write through it"
@@ -220,6 +229,7 @@ def unsafe_parent(
     "The first folder above `path` that another user owns, or may write without the sticky bit; else None"
     if not hasattr(os, 'geteuid'): return None        # no POSIX owners (Windows): nothing to compare
     given = Path(os.path.abspath(path))               # the folders as named (a link in one of them counts)
+    if (link := _foreign_link(given)) is not None: return link   # another user's link could lead anywhere
     for folder in dict.fromkeys([*given.parents, *given.resolve().parents]):   # and where links lead
         try: st = os.stat(folder)
         except FileNotFoundError: continue            # not made yet: it will be the user's

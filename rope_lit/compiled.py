@@ -114,7 +114,7 @@ def rotary_qk_compiled(
     offset=None,                     # int, or int tensor (batch,): added to the row indices
 )->tuple:                            # (q_rot, k_rot) in the dtypes of q and k
     "Rotate `q` and `k` in one compiled pass (CPU or any Inductor device), differentiable"
-    check_qk_args(q, k, cos, sin, positions, inplace)
+    check_qk_args(q, k, cos, sin, positions, inplace, interleaved)
     if q.shape[2] == 0: return (q, k) if inplace else (q.clone(), k.clone())   # nothing to rotate
     cos, sin, positions = table_rows(q, cos, sin, positions, offset)
     if positions is not None:   # checked: never wraps around like Python indices

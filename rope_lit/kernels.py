@@ -18,7 +18,8 @@ import rope_lit
 import torch
 from torch import Tensor
 from .rotation import rotary_qk as rotary_qk_eager, complex_viewable, rotate_complex
-from .rotation import check_table_rows, check_disjoint, check_qk_args, offset_rows, check_append_args
+from .rotation import (check_table_rows, check_disjoint, check_qk_args, offset_rows, check_append_args,
+                               check_tables, check_flag)
 from .rotation import traced_offset
 from .rotation import table_rows, kernel_readable, check_caches_apart, check_offset_tensor
 from .rotation import PositionError, check_position_dtype
@@ -86,6 +87,7 @@ def rotary_qk_native(
     offset=None,                     # int, or int tensor (batch,): added to the row indices
 )->tuple:                            # (q_rot, k_rot) in the dtypes of q and k
     "Rotate `q` and `k` with the native CPU kernel (one pass, autograd in C++) or the compiled path"
+    check_tables(cos, sin); check_flag('interleaved', interleaved); check_flag('inplace', inplace)
     if torch.compiler.is_compiling():   # a traced graph calls the kernel as the operator below
         if not _NATIVE_POSSIBLE or cos.requires_grad or sin.requires_grad:
             return rotary_qk_compiled(q, k, cos, sin, positions, interleaved, inplace, offset)
@@ -94,11 +96,8 @@ def rotary_qk_native(
                                                       bool(interleaved), False)
         return (q.copy_(qo), k.copy_(ko)) if inplace else (qo, ko)
     ext = _kernel['module'] if 'module' in _kernel else native_kernel()
-    if not (isinstance(cos, Tensor) and isinstance(sin, Tensor)):
-        raise TypeError("cos and sin must be tensors, "
-                        f"got {type(cos).__name__} and {type(sin).__name__}")
     if not (isinstance(q, Tensor) and isinstance(k, Tensor)):
-        check_qk_args(q, k, cos, sin, positions, inplace)   # raises
+        check_qk_args(q, k, cos, sin, positions, inplace, interleaved)   # raises
     if ext is None or cos.requires_grad or sin.requires_grad:
         return rotary_qk_compiled(q, k, cos, sin, positions, interleaved, inplace, offset)
     if positions is not None: check_position_dtype(positions)   # C++ would read uint8 as rows, the others as a mask
@@ -115,10 +114,10 @@ def rotary_qk_native(
         return qo, ko
     except RuntimeError:   # torch.func's tensors have no memory; a forward-mode tangent: the plain formula
         if all(map(kernel_readable, (q, k, cos, sin))): raise
-        check_qk_args(q, k, cos, sin, positions, inplace)
+        check_qk_args(q, k, cos, sin, positions, inplace, interleaved)
         return rotary_qk_eager(q, k, *table_rows(q, cos, sin, positions, offset), interleaved, inplace)
     except (TypeError, ValueError):
-        check_qk_args(q, k, cos, sin, positions, inplace)   # the other backends' message, if any
+        check_qk_args(q, k, cos, sin, positions, inplace, interleaved)   # the other backends' message, if any
         raise
 
 # %% ../nbs/04_kernels.ipynb #2e6b1f1b

@@ -13,9 +13,9 @@ from torch.autograd import forward_ad
 
 # %% auto #0
 __all__ = ['rotate_complex', 'complex_viewable', 'apply_rotary', 'rotary_cos_sin', 'check_writable', 'apply_rotary_',
-           'PositionError', 'check_position_dtype', 'shape_is', 'check_table_rows', 'gather_table_rows', 'rotary_qk',
-           'check_disjoint', 'check_caches_apart', 'check_qk_args', 'check_offset_tensor', 'offset_rows', 'table_rows',
-           'kernel_readable', 'traced_offset', 'check_append_args']
+           'PositionError', 'check_position_dtype', 'shape_is', 'check_table_rows', 'gather_table_rows', 'check_flag',
+           'check_tables', 'check_qk_args', 'rotary_qk', 'check_disjoint', 'check_caches_apart', 'check_offset_tensor',
+           'offset_rows', 'table_rows', 'kernel_readable', 'traced_offset', 'check_append_args']
 
 # %% ../nbs/01a_rotation.ipynb #5d0a4546
 def _check_rotary_inputs(x, cos, sin, name='x'):
@@ -212,6 +212,48 @@ def gather_table_rows(
     nan = torch.full((), float('nan'), dtype=cos.dtype, device=cos.device)
     return torch.where(inside, cos[rows], nan), torch.where(inside, sin[rows], nan)
 
+# %% ../nbs/01a_rotation.ipynb #9f698bde
+def check_flag(name:str, value):
+    "Raise a one-line TypeError naming `name` unless `value` is True or False (a string 'False' would read as True)"
+    if type(value).__name__ not in ('bool', 'bool_'):   # numpy's bool too
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+
+def check_tables(cos, sin):
+    "Raise a one-line error unless `cos` and `sin` are floating-point tensors of one shape"
+    for name, t in (('cos', cos), ('sin', sin)):
+        if not isinstance(t, Tensor): raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
+        if not t.is_floating_point(): raise TypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+    if cos.shape != sin.shape: raise ValueError(f"sin must have the shape of cos {tuple(cos.shape)}, got {tuple(sin.shape)}")
+
+def check_qk_args(q, k, cos, sin, positions, inplace, interleaved=False):
+    "Raise a one-line error unless q, k, cos, sin and positions fit the `rotary_qk` contract of the fused backends"
+    if not isinstance(q, Tensor) or q.dim() != 4: raise ValueError(f"q must be a 4-d tensor (batch, heads, seq, head_dim), got {getattr(q, 'shape', type(q))}")
+    if not isinstance(k, Tensor) or k.dim() != 4: raise ValueError(f"k must be a 4-d tensor (batch, heads, seq, head_dim), got {getattr(k, 'shape', type(k))}")
+    if k.shape[-1] != q.shape[-1] or k.shape[0] != q.shape[0] or k.shape[2] != q.shape[2]:
+        raise ValueError(f"k must match q in batch, seq and head_dim: q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if not q.is_floating_point(): raise TypeError(f"q must be a floating-point tensor, got {q.dtype}")
+    check_flag('interleaved', interleaved); check_flag('inplace', inplace)
+    check_tables(cos, sin)
+    (B, _, S, _) = q.shape
+    if positions is not None and cos.dim() != 2:   # rows of a table: a batch of tables would be indexed by batch
+        raise ValueError(f"with positions, cos and sin must be tables of shape (rows, rotary_dim//2), "
+                         f"got {tuple(cos.shape)}")
+    if cos.dim() not in (2, 3):
+        raise ValueError(f"cos and sin must have shape (seq, rotary_dim//2) or (batch, seq, rotary_dim//2), "
+                         f"got {tuple(cos.shape)}")
+    if cos.dim() == 3 and cos.shape[0] not in (1, B):
+        raise ValueError(f"cos and sin of shape (batch, seq, rotary_dim//2) must have batch 1 or q's {B}, "
+                         f"got {cos.shape[0]}")
+    for name, t in (('cos', cos), ('sin', sin)):
+        if t.device != q.device: raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
+    if 2 * cos.shape[-1] > q.shape[-1]: raise ValueError(f"cos has {cos.shape[-1]} columns: rotary_dim {2*cos.shape[-1]} > head_dim {q.shape[-1]}")
+    if positions is not None: check_position_dtype(positions)
+    if positions is not None and not shape_is(positions.shape, (S,), (B, S), (1, S)):
+        raise ValueError(f"positions must be (seq,) or (batch, seq) = ({S},) or ({B}, {S}), got {list(positions.shape)}")
+    if positions is None and cos.shape[-2] < S:
+        raise PositionError(f"cos/sin hold {cos.shape[-2]} positions but q has seq length {S}")
+    if inplace: check_disjoint(q, k)        # shared memory would be rotated twice
+
 # %% ../nbs/01a_rotation.ipynb #b22a7275
 def rotary_qk(
     q:Tensor,             # (batch, heads_q, seq, head_dim)
@@ -223,14 +265,11 @@ def rotary_qk(
     inplace=False,        # write the results into `q` and `k`
 )->tuple[Tensor, Tensor]: # rotated (q, k)
     "The eager backend: rotate `q` and `k` at the same positions"
-    for n, t in (('q', q), ('k', k)):
-        if not isinstance(t, Tensor) or t.ndim != 4:
-            raise ValueError(f"{n} must be a 4-D tensor (batch, heads, seq, head_dim)")
+    check_qk_args(q, k, cos, sin, positions, inplace, interleaved)   # (defined below, with the fused backends)
     if positions is not None: cos, sin = gather_table_rows(cos, sin, positions)
     elif cos.shape[-2] > q.shape[2]:   # a longer table: its first rows, as the fused backends read it
         cos, sin = cos[..., :q.shape[2], :], sin[..., :q.shape[2], :]
     if cos.ndim == 3: cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (batch, 1, seq, r/2)
-    if inplace: check_disjoint(q, k)          # else shared memory would be rotated twice
     rotate = apply_rotary_ if inplace else apply_rotary
     return rotate(q, cos, sin, interleaved), rotate(k, cos, sin, interleaved)
 
@@ -288,24 +327,6 @@ def check_caches_apart(q:Tensor, k:Tensor, v:Tensor, k_cache:Tensor, v_cache:Ten
                 raise ValueError(f"{name} shares memory with {cache_name}, which this call writes: "
                                  f"pass {name} as a tensor of its own (e.g. a clone)")
 
-# %% ../nbs/01a_rotation.ipynb #rotchk2
-def check_qk_args(q, k, cos, sin, positions, inplace):
-    "Raise a one-line error unless q, k, cos, sin and positions fit the `rotary_qk` contract of the fused backends"
-    if not isinstance(q, Tensor) or q.dim() != 4: raise ValueError(f"q must be a 4-d tensor (batch, heads, seq, head_dim), got {getattr(q, 'shape', type(q))}")
-    if not isinstance(k, Tensor) or k.dim() != 4: raise ValueError(f"k must be a 4-d tensor (batch, heads, seq, head_dim), got {getattr(k, 'shape', type(k))}")
-    if k.shape[-1] != q.shape[-1] or k.shape[0] != q.shape[0] or k.shape[2] != q.shape[2]:
-        raise ValueError(f"k must match q in batch, seq and head_dim: q {tuple(q.shape)}, k {tuple(k.shape)}")
-    if not q.is_floating_point(): raise TypeError(f"q must be a floating-point tensor, got {q.dtype}")
-    if cos.shape != sin.shape: raise ValueError(f"sin must have the shape of cos {tuple(cos.shape)}, got {tuple(sin.shape)}")
-    if 2 * cos.shape[-1] > q.shape[-1]: raise ValueError(f"cos has {cos.shape[-1]} columns: rotary_dim {2*cos.shape[-1]} > head_dim {q.shape[-1]}")
-    if positions is not None: check_position_dtype(positions)
-    (B, _, S, _) = q.shape
-    if positions is not None and not shape_is(positions.shape, (S,), (B, S), (1, S)):
-        raise ValueError(f"positions must be (seq,) or (batch, seq) = ({S},) or ({B}, {S}), got {list(positions.shape)}")
-    if positions is None and cos.shape[-2] < S:
-        raise PositionError(f"cos/sin hold {cos.shape[-2]} positions but q has seq length {S}")
-    if inplace: check_disjoint(q, k)        # shared memory would be rotated twice
-
 # %% ../nbs/01a_rotation.ipynb #51d04c63
 def check_offset_tensor(offset:Tensor, batch:int):
     "Raise unless a tensor `offset` is one int32/int64 start per batch row, as every backend reads it"
@@ -336,8 +357,9 @@ def table_rows(q, cos, sin, positions, offset)->tuple:
     if positions is None and offset is None and cos.shape[-2] > q.shape[2]:   # a longer table: its first rows
         cos, sin = cos[..., :q.shape[2], :], sin[..., :q.shape[2], :]
     if offset is not None:
-        positions = (positions if positions is not None
-                     else torch.arange(q.shape[2], device=q.device)) + offset[:, None]
+        base = positions if positions is not None else torch.arange(q.shape[2], device=q.device)
+        # a negative position plus a negative offset is no row, but their int64 sum can wrap around into one
+        positions = torch.where((base < 0) & (offset[:, None] < 0), -1, base + offset[:, None])
     return cos, sin, positions
 
 def kernel_readable(t:Tensor)->bool:

@@ -228,7 +228,7 @@ def rotary_qk_triton(
     offset=None,                     # int, or int tensor (batch,): added to the row indices
 )->tuple:                            # (q_rot, k_rot) in the dtypes of q and k
     "Rotate `q` and `k` with one fused Triton launch, differentiable"
-    check_qk_args(q, k, cos, sin, positions, inplace)
+    check_qk_args(q, k, cos, sin, positions, inplace, interleaved)
     if (q.dtype == torch.float64 or k.dtype == torch.float64 or cos.requires_grad or sin.requires_grad
             or not all(map(kernel_readable, (q, k, cos, sin)))):   # the reference (also torch.func, forward AD)
         return rotary_qk_eager(q, k, *table_rows(q, cos, sin, positions, offset), interleaved, inplace)
