@@ -95,10 +95,22 @@ def require(
 
 # %% ../nbs/15_cli_args.ipynb #outw0002
 def _foreign_link(path)->Path|None:
-    "The first folder above `path`, as named, that is a symbolic link another user owns (root's are trusted); else None"
+    "The first symbolic link another user owns (root's are trusted) on the way to `path`'s folder; else None"
     if not hasattr(os, 'geteuid'): return None        # no POSIX owners (Windows): nothing to compare
-    for folder in Path(os.path.abspath(path)).parents:
-        if os.path.islink(folder) and os.lstat(folder).st_uid not in (0, os.geteuid()): return folder
+    path = Path(os.getcwd(), path)                    # not normalised: 'link/..' goes through the link
+    here, todo, links = Path(path.anchor), list(path.parts[1:-1]), 0
+    while todo:                                       # the folders, followed as the system follows them
+        part = todo.pop(0)
+        if part in ('', '.'): continue
+        if part == '..': here = here.parent; continue
+        step = here / part
+        try: st = os.lstat(step)
+        except OSError: return None                   # not made yet: what follows will be the user's
+        if not stat.S_ISLNK(st.st_mode): here = step; continue
+        if st.st_uid not in (0, os.geteuid()) or (links := links + 1) > 40: return step   # (40: a loop)
+        target = Path(os.readlink(step))              # the user's own link: on through where it leads
+        todo[:0] = target.parts[1:] if target.is_absolute() else target.parts
+        if target.is_absolute(): here = Path(target.anchor)
     return None
 
 def _write_refusal(path)->str|None:
@@ -229,7 +241,7 @@ def unsafe_parent(
     "The first folder above `path` that another user owns, or may write without the sticky bit; else None"
     if not hasattr(os, 'geteuid'): return None        # no POSIX owners (Windows): nothing to compare
     given = Path(os.path.abspath(path))               # the folders as named (a link in one of them counts)
-    if (link := _foreign_link(given)) is not None: return link   # another user's link could lead anywhere
+    if (link := _foreign_link(path)) is not None: return link    # another user's link could lead anywhere
     for folder in dict.fromkeys([*given.parents, *given.resolve().parents]):   # and where links lead
         try: st = os.stat(folder)
         except FileNotFoundError: continue            # not made yet: it will be the user's

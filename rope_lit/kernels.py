@@ -222,7 +222,7 @@ def rotary_append_eager(
     rotate=None,                     # a `rotary_qk` function (default the eager formula)
 )->Tensor:                           # q rotated (a new tensor)
     "The reference: rotate `q` and `k`, then copy `k` and `v` into the caches at their slots"
-    offsets, shift = check_append_args(q, k, v, k_cache, v_cache, cos, sin, positions, offset)
+    offsets, shift = check_append_args(q, k, v, k_cache, v_cache, cos, sin, positions, offset, interleaved)
     S = q.shape[2]
     slots = torch.arange(S, device=q.device) + shift
     if offsets is not None: slots = slots + offsets.to(q.device, torch.long).reshape(-1, 1)
@@ -248,6 +248,7 @@ def rotary_append_native(
     interleaved:bool=False,          # pair (2i, 2i+1) instead of (i, i+r/2)
 )->Tensor:                           # q rotated (a new tensor)
     "Rotate-and-append in one pass of the native CPU kernel (no autograd)"
+    check_flag('interleaved', interleaved); check_tables(cos, sin)   # C++ would read 'False' as true, cast ints
     ext = _kernel['module'] if 'module' in _kernel else native_kernel()
     if ext is None:                  # not buildable here: rotate, then copy
         return rotary_append_eager(q, k, v, k_cache, v_cache, cos, sin, offset, positions,
@@ -290,6 +291,7 @@ def rotary_append(
 )->Tensor:                           # q rotated; k rotated and v are in the caches
     "Rotate the new `q`, `k` at their positions and write `k`, `v` into the caches, in one pass"
     fn = backend if callable(backend) else select_backend(backend, q.device.type)
+    check_flag('interleaved', interleaved)
     args = (q, k, v, k_cache, v_cache, cos, sin, offset, positions, interleaved)
     grad = torch.is_grad_enabled() and any(getattr(t, 'requires_grad', False) for t in (q, k, v))
     if (not grad and fn is rotary_qk_native and _NATIVE_POSSIBLE and torch.compiler.is_compiling()

@@ -374,8 +374,9 @@ def traced_offset(offset)->bool:
     return isinstance(offset, torch.SymInt) or (torch.compiler.is_compiling() and isinstance(offset, int)
                                                 and not isinstance(offset, bool))
 
-def check_append_args(q, k, v, k_cache, v_cache, cos, sin, positions, offset)->tuple:
+def check_append_args(q, k, v, k_cache, v_cache, cos, sin, positions, offset, interleaved=False)->tuple:
     "Raise (the native kernel's messages) unless the arguments fit; return `(offsets, shift)`"
+    check_flag('interleaved', interleaved)
     for t in (q, k, v, k_cache, v_cache):
         if not isinstance(t, Tensor) or t.dim() != 4:
             raise ValueError("q, k, v and the caches must be 4-d tensors, got "
@@ -393,8 +394,7 @@ def check_append_args(q, k, v, k_cache, v_cache, cos, sin, positions, offset)->t
     if k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
         raise ValueError("the caches need a contiguous last dimension")
     check_caches_apart(q, k, v, k_cache, v_cache)
-    if not (isinstance(cos, Tensor) and isinstance(sin, Tensor)) or cos.shape != sin.shape:
-        raise ValueError(f"sin must have the shape of cos {tuple(getattr(cos, 'shape', ()))}")
+    check_tables(cos, sin)
     if not (cos.dim() == 2 or (cos.dim() == 3 and positions is None
                                and cos.shape[0] in (1, B) and cos.shape[1] == S)):
         raise ValueError("cos must be a (table_len, r/2) table, or (batch, seq, r/2) rows "

@@ -310,7 +310,7 @@ def rotary_append_triton(
     interleaved:bool=False,          # pair (2i, 2i+1) instead of (i, i+r/2)
 )->Tensor:                           # q rotated (a new tensor)
     "Rotate-and-append in one Triton launch (no autograd); a tensor `offset` is checked on the host"
-    offsets, shift = check_append_args(q, k, v, k_cache, v_cache, cos, sin, positions, offset)
+    offsets, shift = check_append_args(q, k, v, k_cache, v_cache, cos, sin, positions, offset, interleaved)
     if not all(map(kernel_readable, (q, k, v, k_cache, v_cache, cos, sin))):   # `rotary_append` catches it
         raise RuntimeError("rope_lit: a forward-mode tangent or torch.func tensor, which the Triton kernel "
                            "does not compute: call rotary_append, which takes the plain formula")
