@@ -13,7 +13,7 @@ from fastcore.basics import patch
 from .frequencies import rope_frequencies
 from .rotation import (rotate_complex, complex_viewable, apply_rotary, rotary_cos_sin, apply_rotary_,
                                check_table_rows, rotary_qk, check_disjoint, PositionError,
-                               check_position_dtype, shape_is)
+                               check_position_dtype, shape_is, check_flag)
 # the plain functions are on the rotation page; `rope_lit.rope` offers them too
 _all_ = ['rotate_complex', 'complex_viewable', 'apply_rotary', 'rotary_cos_sin', 'apply_rotary_',
          'check_table_rows', 'rotary_qk', 'check_disjoint', 'PositionError']
@@ -56,11 +56,6 @@ def _check_attention_factor(a):
     return float(a)
 
 # %% ../nbs/02_rope.ipynb #6b985f0c
-def _check_flag(name:str, value):
-    "Raise, naming the argument, unless `value` is True or False (a string 'False' would read as True)"
-    if type(value).__name__ not in ('bool', 'bool_'):   # numpy's bool too
-        raise TypeError(f"{name} must be True or False, got {value!r}")
-
 def _check_seq_dim(seq_dim):
     "Raise, naming the argument, unless `seq_dim` is a layout `RotaryEmbedding` reads"
     if isinstance(seq_dim, bool) or seq_dim not in _SEQ_DIMS:
@@ -124,7 +119,7 @@ class RotaryEmbedding(nn.Module):
     ):
         super().__init__()
         flags = dict(interleaved=interleaved, mrope_interleaved=mrope_interleaved, axial_2d=axial_2d)
-        for name, flag in flags.items(): _check_flag(name, flag)
+        for name, flag in flags.items(): check_flag(name, flag)
         _check_rotary_embedding_args(dim, rotary_dim, max_seq_len, seq_dim, backend, scaling,
                                      scaling_options, attention_factor, axial_2d)
         self.dim, self.rotary_dim = dim, dim if rotary_dim is None else rotary_dim
@@ -211,7 +206,7 @@ RotaryEmbedding.backend = property(_get_backend, _set_backend,
 
 # %% ../nbs/02_rope.ipynb #bf34da4c
 def _set_interleaved(self, value):
-    _check_flag('interleaved', value)
+    check_flag('interleaved', value)
     self.__dict__['_interleaved'] = bool(value)
     self.__dict__['_plans'] = {}                  # the planned kernels were chosen for the old pairing
 

@@ -215,7 +215,8 @@ def gather_table_rows(
 # %% ../nbs/01a_rotation.ipynb #9f698bde
 def check_flag(name:str, value):
     "Raise a one-line TypeError naming `name` unless `value` is True or False (a string 'False' would read as True)"
-    if type(value).__name__ not in ('bool', 'bool_'):   # numpy's bool too
+    if value is True or value is False: return          # first: what torch.compile traces (torch 2.5's too)
+    if type(value).__name__ != 'bool_':                 # numpy's bool
         raise TypeError(f"{name} must be True or False, got {value!r}")
 
 def check_tables(cos, sin):
