@@ -266,7 +266,7 @@ def rotary_qk(
     inplace=False,        # write the results into `q` and `k`
 )->tuple[Tensor, Tensor]: # rotated (q, k)
     "The eager backend: rotate `q` and `k` at the same positions"
-    check_qk_args(q, k, cos, sin, positions, inplace, interleaved)   # (defined below, with the fused backends)
+    check_qk_args(q, k, cos, sin, positions, inplace, interleaved)   # the checks every backend makes
     if positions is not None: cos, sin = gather_table_rows(cos, sin, positions)
     elif cos.shape[-2] > q.shape[2]:   # a longer table: its first rows, as the fused backends read it
         cos, sin = cos[..., :q.shape[2], :], sin[..., :q.shape[2], :]
