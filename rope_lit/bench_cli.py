@@ -10,7 +10,7 @@ __all__ = ['ENVIRONMENTS', 'DEFAULT_SHAPES', 'DEFAULT_DTYPE', 'METHOD_NAMES', 'm
 # %% ../nbs/04b_bench_cli.ipynb #569df4cd
 import argparse, json, os, shlex, sys
 from pathlib import Path
-from .cli_args import Parser, number, atomic_write, refuse_overwrite, require
+from .cli_args import Parser, number, atomic_write, refuse_overwrite, require, memory_error
 
 # the allocator settings a CPU run can be made in: GLIBC_TUNABLES unset, or set to the benchmark's
 # CPU_TUNABLES (defined with the benchmark, which this module imports only once a run starts)
@@ -274,9 +274,11 @@ def main(argv=None):
             else "nothing was written"
         )
         sys.exit(f"rope-lit-bench: interrupted: {kept}")
-    except ValueError as e:   # a shape that cannot run at all (too large for memory, say)
+    except (ValueError, RuntimeError, MemoryError) as e:   # a shape that cannot run at all (too large for memory)
+        line = str(e) if isinstance(e, ValueError) else memory_error(e)
+        if line is None: raise
         kept = f"; {out}/results.csv keeps the {saved[0]} measurements before it" if saved[0] else ""
-        sys.exit(f"rope-lit-bench: error: {e}{kept}")
+        sys.exit(f"rope-lit-bench: error: {line}{kept}")
     if args.sweep:
         sw = sweep_tiles(shapes[0], dtype) + sweep_tiles(shapes[0], dtype, interleaved=True)
         atomic_write(out / 'sweep.csv', csv_text(sw))

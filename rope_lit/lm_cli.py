@@ -9,7 +9,7 @@ __all__ = ['SIZES', 'SCHEMES', 'VARIANT_NAMES', 'main']
 
 # %% ../nbs/14a_lm_cli.ipynb #3e1ffc98
 import argparse, sys
-from .cli_args import Parser, number, number_list, refuse_overwrite, require
+from .cli_args import Parser, number, number_list, refuse_overwrite, require, memory_error
 
 # the names of `SETTINGS`, `POSITIONS` and `VARIANTS`, here so that `--help` needs no torch
 # (a test keeps them equal)
@@ -170,6 +170,8 @@ def main(argv=None):
         except (OSError, ValueError) as e: ap.exit(1, f"{ap.prog}: error: {e}\n")
         return None if from_cli else 0
     require(ap, 'matplotlib')   # the plot at the end: checked before any training
+    if args.checkpoint_dir is not None and not args.checkpoint_dir.strip():   # '' would be the current folder
+        ap.error("argument --checkpoint-dir: expected a folder name, got an empty one")
     d, h = args.d_model, args.n_heads
     if d is not None and h is not None and d % (2 * h):
         ap.error(
@@ -212,6 +214,10 @@ def main(argv=None):
         )
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"rope-lit-lm: error: {e}")
+    except (RuntimeError, MemoryError) as e:
+        if (line := memory_error(e)) is None: raise
+        sys.exit(f"rope-lit-lm: error: {line} (see --d-model, --batch-size, --context); "
+                 f"nothing was written to {args.out}")
     except KeyboardInterrupt:
         sys.exit(f"rope-lit-lm: interrupted: nothing was written to {args.out}")
     results['provenance'] = provenance(argv)

@@ -10,7 +10,7 @@ __all__ = ['PRESET_NAMES', 'POSITION_NAMES', 'SPLITS', 'build_parser', 'run_comm
 # %% ../../nbs/12a_mt_cli.ipynb #302560ca
 import argparse, json, os, re, signal, sys
 from pathlib import Path
-from ..cli_args import Parser, number, atomic_write, require, check_private
+from ..cli_args import Parser, number, atomic_write, require, check_private, memory_error
 # torch and the model are imported in `run_command` only, so that --help and argument errors return at once;
 # these copies of `PRESETS`, `POSITIONS` and `MULTI30K_SPLITS` are checked against the originals in the tests
 PRESET_NAMES = ('tiny', 'cpu', 'base')
@@ -242,6 +242,8 @@ def main(argv: list[str] | None = None):
             )
         if isinstance(e, (FileNotFoundError, FileExistsError, ValueError, TypeError, OSError)):
             err(f"error: {e}")
+        if (line := memory_error(e)) is not None:
+            err(f"error: {line} (see --d-model, --max-tokens, --eval-batch)")
         raise
     if args.command == 'translate':
         print('\n'.join(out))

@@ -710,7 +710,9 @@ def train(
     check_run_dir(run_dir, files=not overwrite)   # overwrite moves the run's files aside (links too), unread
     check_no_aside(run_dir)                       # an earlier overwrite killed half-way: its run is in there
     if resume:
-        if not ck_path.is_file(): raise FileNotFoundError(f"cannot resume: {ck_path} does not exist")
+        if not ck_path.is_file():
+            why = " (the run stopped before its first checkpoint: start it again with --overwrite, overwrite=True)" if (run_dir/'config.json').is_file() else ""
+            raise FileNotFoundError(f"cannot resume: {ck_path} does not exist{why}")
         cfg = read_config(run_dir)
         bad = set(overrides) - set(RUN_LENGTH_FIELDS)
         if bad: raise ValueError(f"on resume only {RUN_LENGTH_FIELDS} may change, got {sorted(bad)}")
@@ -744,6 +746,7 @@ def train(
     # only once the new run can start (its data loaded, its device set): the old run moves aside, so that another
     # run's tokenizer or metrics cannot leak into this one, and comes back if this one fails before its model is built
     aside = set_aside(run_dir) if overwrite and not resume and main else None
+    made = main and not resume and not run_dir.exists()   # this call makes the folder: it may remove it again
     try:
         if main and not resume:   # on resume the config is rewritten only once the checkpoint has loaded
             run_dir.mkdir(mode=0o755, parents=True, exist_ok=True)            # not writable by others, whatever
@@ -764,6 +767,10 @@ def train(
         opt, sched = make_optimizer(model, cfg)
     except BaseException:
         if aside is not None: restore_aside(run_dir, aside)   # e.g. out of memory: the old run as it was
+        elif main and not resume:                             # a new run that never started leaves nothing behind
+            for name in ('config.json', 'tokenizer.json'): (run_dir/name).unlink(missing_ok=True)
+            for folder in (run_dir/'checkpoints',) + ((run_dir,) if made else ()):
+                with contextlib.suppress(OSError): folder.rmdir()   # only if empty: nothing else is touched
         raise
     if aside is not None: shutil.rmtree(aside)                # the new run is under way: the old one goes
     st = dict(epoch=0, batch=0, step=0, tokens=0, train_seconds=0.0)
