@@ -18,8 +18,7 @@ import rope_lit
 import torch
 from torch import Tensor
 from .rotation import rotary_qk as rotary_qk_eager, complex_viewable, rotate_complex
-from .rotation import (check_table_rows, check_disjoint, check_qk_args, offset_rows, check_append_args,
-                               check_tables, check_flag)
+from .rotation import check_disjoint, check_qk_args, check_append_args, check_tables, check_flag
 from .rotation import traced_offset
 from .rotation import table_rows, kernel_readable, check_caches_apart, check_offset_tensor
 from .rotation import PositionError, check_position_dtype
@@ -291,11 +290,11 @@ def rotary_append(
 )->Tensor:                           # q rotated; k rotated and v are in the caches
     "Rotate the new `q`, `k` at their positions and write `k`, `v` into the caches, in one pass"
     fn = backend if callable(backend) else select_backend(backend, q.device.type)
-    check_flag('interleaved', interleaved)
     args = (q, k, v, k_cache, v_cache, cos, sin, offset, positions, interleaved)
     grad = torch.is_grad_enabled() and any(getattr(t, 'requires_grad', False) for t in (q, k, v))
     if (not grad and fn is rotary_qk_native and _NATIVE_POSSIBLE and torch.compiler.is_compiling()
             and q.device.type == 'cpu'):                   # a compiled step: the operator, one graph node
+        check_flag('interleaved', interleaved)             # (the other paths check it in the function they call)
         offsets, shift = (offset, 0) if isinstance(offset, Tensor) else (None, _shift(offset))
         return torch.ops.rope_lit.native_rotary_append(q, k, v, k_cache, v_cache, cos, sin, positions,
                                                        offsets, shift, bool(interleaved))

@@ -216,7 +216,7 @@ def gather_table_rows(
 def check_flag(name:str, value):
     "Raise a one-line TypeError naming `name` unless `value` is True or False (a string 'False' would read as True)"
     if value is True or value is False: return          # first: what torch.compile traces (torch 2.5's too)
-    if type(value).__name__ != 'bool_':                 # numpy's bool
+    if type(value).__name__ not in ('bool', 'bool_'):   # numpy's bool (named bool_ before numpy 2)
         raise TypeError(f"{name} must be True or False, got {value!r}")
 
 def check_tables(cos, sin):
