@@ -7,6 +7,8 @@ comparison, small size only, times the embedding's gradient rows added into E's 
 was made before (the lookups' gradients as sparse tensors, added by autograd), emulated here by replacing `_embed`
 and `_DenseGradLast` with their earlier code. argv[1]: the folder holding rope_lit; argv[2]: the JSON file to write.
 From `nbs/`: `python mt_results/fused_sublayers_ab.py .. mt_results/fused_sublayers_ab.json`.
+Written for rope_lit as it was from 2026-11-24 to 2026-11-27 (argv[1] must hold such a version): the fused
+sublayers and the embedding's gradient rows have since been removed, so it does not run on later versions.
 """
 import sys, os, json, math, time, platform, statistics
 sys.path.insert(0, sys.argv[1])

@@ -7,6 +7,8 @@ page. argv[1]: folder holding rope_lit, argv[2]: the JSON file to write. Run fro
 `smoothed_ce_rows`) and `native=False` (PyTorch operations), alternating, best of 7 repeats of 10 calls each; and the
 loss's three matrix products alone (logits, and the gradients of the hidden states and of E), chunk by chunk as it makes
 them.
+Written for rope_lit as it was on 2026-11-24 (argv[1] must hold that version): `linear_smoothed_ce` has since
+been replaced by the loss in one pass of `rope_lit.translation.fast`, so it does not import later versions.
 """
 import sys, json, time, timeit, platform, os
 sys.path.insert(0, sys.argv[1])

@@ -10,6 +10,9 @@ argv[2]: the JSON file to write. Run from `nbs/`: `python mt_results/speed_probe
 - decode: one sentence to 72 tokens, small and base: `greedy_decode`, the decoder's own matrix-vector products with
   their biases (nothing else), and `decode_weight_floor`; small only: a static-shape step (masked cache), eager and
   compiled with inductor's C++ wrapper
+Written for rope_lit as it was on 2026-11-24 (argv[1] must hold that version): `FastDropout`,
+`DecodingWeights` and `IncrementalDecoder` have since moved to `rope_lit.translation.fast` and `decode_weight_floor`
+to `rope_lit.translation.speed`, so it does not import later versions.
 """
 import sys, json, math, time, timeit, platform, os
 sys.path.insert(0, sys.argv[1])

@@ -6,6 +6,9 @@ summed by kind.
 What no timed call covers is Python, autograd's bookkeeping and dispatch (made larger here by the timing's own cost,
 which is why the step under the timing takes longer than without it). argv[1]: the folder holding rope_lit; argv[2]:
 the JSON file to write. From `nbs/`: `python mt_results/train_breakdown.py .. mt_results/train_breakdown.json`.
+Written for rope_lit as it was on 2026-11-24 (argv[1] must hold that version): the C++ pieces it times have
+since moved to `rope_lit.translation.fast` and `_training_step`, `MATMUL_OPS` to `rope_lit.translation.speed`, so it
+does not import later versions.
 """
 import sys, os, json, time, platform, statistics, collections
 sys.path.insert(0, sys.argv[1])

@@ -36,7 +36,7 @@ def build_parser()->argparse.ArgumentParser:
         'step; continue with --resume. For a short run: --max-steps N or --time-budget SECONDS stop training early, '
         '--n-eval 200 scores on the first 200 sentences of each split, --no-final-eval skips the final evaluation '
         '(score later with the evaluate command).')
-    t.add_argument('--preset', choices=PRESET_NAMES, default='tiny', help="size and data defaults: tiny (seconds, synthetic "
+    t.add_argument('--preset', choices=PRESET_NAMES, help="size and data defaults: tiny (seconds, synthetic "
                    "data), cpu (small model for a 2-core CPU, Multi30k), base (N=6, d_model=512, d_ff=2048, h=8, for a GPU); default tiny")
     t.add_argument('--position', choices=POSITION_NAMES, help="position scheme: sinusoidal (absolute, added to embeddings), learned "
                    "(absolute, trained), rope (RoPE in self-attention), rope+cross (also cross-attention), none, hexu (RoPE with He & Xu's max-length "
@@ -144,7 +144,7 @@ def run_command(args: argparse.Namespace) -> dict | list:
         if args.resume:  # `train` checks that only run-length fields change
             return train(None, args.run_dir, resume=True, progress=not args.no_progress, **given)
         return train(
-            make_config(args.preset, **given),
+            make_config(args.preset or 'tiny', **given),
             args.run_dir,
             overwrite=args.overwrite,
             progress=not args.no_progress,
@@ -215,6 +215,19 @@ def main(argv: list[str] | None = None):
         )
     if getattr(args, 'run_dir', None) is not None and not args.run_dir.strip():   # '' would be the current folder
         p.error("argument --run-dir: expected a folder name, got an empty one")
+    if getattr(args, 'resume', False):   # a run keeps its settings: only its length may change
+        from rope_lit.translation.train import RUN_LENGTH_FIELDS, TranslationConfig   # (resuming needs them anyway)
+        fixed = [
+            ('--no-' if v is False else '--') + k.replace('_', '-')   # a flag that stores False is --no-NAME
+            for k, v in vars(args).items()
+            if v is not None and k not in RUN_LENGTH_FIELDS
+            and (k == 'preset' or k in TranslationConfig.__dataclass_fields__)
+        ]
+        if fixed:
+            p.error(
+                f"argument {', '.join(fixed)}: not allowed with --resume, which keeps the run's settings (only"
+                " the options named in --resume's help may change)"
+            )
     require(p, 'tokenizers', 'sacrebleu')   # every subcommand imports rope_lit.translation
     err = lambda msg, code=1: (print(f"rope-lit-translate: {msg}", file=sys.stderr), sys.exit(code))
     try:

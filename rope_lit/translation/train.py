@@ -32,10 +32,10 @@ __all__ = ['PRESETS', 'RUN_FILE_MODE', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', '
            'load_optimizer_state', 'load_splits', 'atomic_save', 'rng_state', 'set_rng_state', 'epoch_number',
            'epoch_weights', 'may_stop_early', 'keep_epoch_weights', 'drop_stale_epoch_weights', 'average_checkpoints',
            'translate', 'score', 'train_step', 'tune_cpu_malloc', 'check_device', 'read_checkpoint', 'read_tokenizer',
-           'read_config', 'hardware', 'eval_loss', 'first_detail', 'check_same_run', 'tokenizer_digest', 'load_model',
-           'example_attention', 'evaluate', 'run_files', 'final_weight_files', 'check_no_aside', 'set_aside',
-           'restore_aside', 'RunDirInUse', 'check_run_dir', 'check_config', 'check_settings', 'NonFiniteLoss',
-           'TrainingInterrupted', 'train']
+           'read_config', 'hardware', 'eval_loss', 'first_detail', 'check_same_run', 'tokenizer_digest', 'data_digest',
+           'load_model', 'example_attention', 'evaluate', 'run_files', 'final_weight_files', 'check_no_aside',
+           'set_aside', 'restore_aside', 'RunDirInUse', 'check_run_dir', 'check_config', 'check_settings',
+           'NonFiniteLoss', 'TrainingInterrupted', 'train']
 
 # %% ../../nbs/12_mt_train.ipynb #eea537c6
 @dataclass
@@ -449,6 +449,10 @@ def tokenizer_digest(run_dir)->str|None:
     try: return hashlib.sha256((Path(run_dir)/'tokenizer.json').read_bytes()).hexdigest()
     except FileNotFoundError: return None
 
+def data_digest(pairs:list)->str:
+    "SHA-256 of sentence pairs as read, in order: every checkpoint records its training and validation data's"
+    return hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode()).hexdigest()
+
 
 # %% ../../nbs/12_mt_train.ipynb #6c0092d4
 def load_model(
@@ -695,6 +699,15 @@ def _signals_to(received:list):
     finally:
         for s, h in old.items(): signal.signal(s, h)
 
+# %% ../../nbs/12_mt_train.ipynb #db4bc113
+def _undo_new_run(run_dir:Path, made:bool):
+    "Remove what a new run that saved no weights wrote: its files, and its folder if it made it (and it is empty)"
+    if any((run_dir/'checkpoints').glob('*')): return   # weights (or a part-written file) were kept: all stays
+    for name in ('config.json', 'tokenizer.json', 'metrics.jsonl'): (run_dir/name).unlink(missing_ok=True)
+    for folder in (run_dir/'checkpoints',) + ((run_dir,) if made else ()):
+        with contextlib.suppress(OSError): folder.rmdir()   # only if empty: nothing else is touched
+
+
 # %% ../../nbs/12_mt_train.ipynb #319363be
 def train(
     cfg:TranslationConfig,  # what to train (ignored on resume, except the run-length fields given in `overrides`)
@@ -756,7 +769,8 @@ def train(
             atomic_write(run_dir/'tokenizer.json', write=lambda tmp: new_tok.save(str(tmp)), mode=RUN_FILE_MODE)   # whole or absent
         if world > 1: dist.barrier()
         tok = read_tokenizer(run_dir/'tokenizer.json')
-        run_ids = dict(config=asdict(cfg), tokenizer_sha256=tokenizer_digest(run_dir))   # in every checkpoint
+        run_ids = dict(config=asdict(cfg), tokenizer_sha256=tokenizer_digest(run_dir),   # in every checkpoint
+                       data_sha256={s: data_digest(splits[s]) for s in ('train', 'val')})
         train_ex, val_ex = encode_pairs(tok, splits['train'], cfg.max_len), encode_pairs(tok, splits['val'], cfg.max_len)
         lengths = [(len(s), len(t)) for s, t in train_ex]
 
@@ -767,16 +781,17 @@ def train(
         opt, sched = make_optimizer(model, cfg)
     except BaseException:
         if aside is not None: restore_aside(run_dir, aside)   # e.g. out of memory: the old run as it was
-        elif main and not resume:                             # a new run that never started leaves nothing behind
-            for name in ('config.json', 'tokenizer.json'): (run_dir/name).unlink(missing_ok=True)
-            for folder in (run_dir/'checkpoints',) + ((run_dir,) if made else ()):
-                with contextlib.suppress(OSError): folder.rmdir()   # only if empty: nothing else is touched
+        elif main and not resume: _undo_new_run(run_dir, made)   # a new run that never started leaves nothing
         raise
     if aside is not None: shutil.rmtree(aside)                # the new run is under way: the old one goes
     st = dict(epoch=0, batch=0, step=0, tokens=0, train_seconds=0.0)
     if resume:
         ck = read_checkpoint(ck_path, map_location=device)
         check_same_run(ck, cfg, ck_path, run_dir)   # the checkpoint's settings must be this run's, up to its length
+        was = ck.get('data_sha256') if isinstance(ck.get('data_sha256'), dict) else {}   # (older checkpoints: none)
+        if changed := [s for s, h in run_ids['data_sha256'].items() if was.get(s) not in (None, h)]:
+            raise ValueError(f"the {' and '.join(changed)} split of data {cfg.data} is not the text checkpoint {ck_path} "
+                             "was trained on (it changed since): restore that data, or train a new run")
         try:   # a checkpoint of another run, or damaged: one line, and nothing in the run folder changed
             model.load_state_dict(ck['model']); load_optimizer_state(opt, ck['optimizer']); sched.load_state_dict(ck['scheduler'])
             st = {k: ck['state'][k] for k in ('epoch', 'batch', 'step', 'tokens', 'train_seconds')}
@@ -804,7 +819,7 @@ def train(
         if world > 1: dist.all_reduce(bad, op=dist.ReduceOp.MAX)
         if bad.item():
             kept = (f"the last good checkpoint {ck_path} (step {saved['step']}) is kept, not written over"
-                    if saved['step'] is not None else "no checkpoint had been saved"
+                    if saved['step'] is not None else "no checkpoint had been saved, so the run's files are removed"
                     + (" (overwrite=True had deleted the earlier run)" if overwrite and not resume else ""))
             raise NonFiniteLoss(f"training stopped: the {what} became non-finite at step {st['step']} (epoch "
                                 f"{st['epoch'] + 1}); {kept}; train again with a "
@@ -834,58 +849,62 @@ def train(
         halt['signal'] = sig
         return stop or sig > 0
 
-    with _signals_to(received):   # until the last checkpoint is written, a signal only stops the loop
-        stopped, n_micro = out_of_time(), 1
-        while st['epoch'] < cfg.epochs and not stopped:
-            batches = token_batches(lengths, cfg.max_tokens, cfg.seed, st['epoch'], rank=rank, world_size=world)
-            n_micro = len(batches) // cfg.accum_steps * cfg.accum_steps
-            if n_micro == 0: raise ValueError(f"max_tokens={cfg.max_tokens} × accum_steps={cfg.accum_steps} leaves no full step")
-            bar = None
-            if tqdm is not None and progress and main:
-                bar = tqdm(total=n_micro // cfg.accum_steps, initial=st['batch'] // cfg.accum_steps, desc=f"epoch {st['epoch']+1}",
-                           leave=False, file=sys.stderr)
-            net.train(); t0 = t_last = time.time(); ntok, ntgt, lsum = 0, 0, 0.0
-            while st['batch'] < n_micro:
-                group = batches[st['batch']:st['batch'] + cfg.accum_steps]
-                data = [collate([train_ex[i] for i in b]) for b in group]
-                lsum, n_tgt, step_tok = train_step(net, fwd, opt, sched, data, cfg, device, world, lsum)
-                ntgt += n_tgt; ntok += step_tok
-                st['batch'] += len(group); st['step'] += 1; st['tokens'] += step_tok * world
-                now = time.time(); st['train_seconds'] += now - t_last; t_last = now
-                if bar: bar.update(1)
-                stopped = out_of_time()
-                ck_now = cfg.checkpoint_every and st['step'] % cfg.checkpoint_every == 0
-                if st['step'] % cfg.log_every == 0 or st['batch'] >= n_micro or stopped or ck_now:
-                    diverged('training loss', math.isfinite(float(lsum)))
-                if st['step'] % cfg.log_every == 0 or st['batch'] >= n_micro or stopped:
-                    if device.type == 'cuda': torch.cuda.synchronize()
-                    dt = max(time.time() - t0, 1e-9)
+    try:
+        with _signals_to(received):   # until the last checkpoint is written, a signal only stops the loop
+            stopped, n_micro = out_of_time(), 1
+            while st['epoch'] < cfg.epochs and not stopped:
+                batches = token_batches(lengths, cfg.max_tokens, cfg.seed, st['epoch'], rank=rank, world_size=world)
+                n_micro = len(batches) // cfg.accum_steps * cfg.accum_steps
+                if n_micro == 0: raise ValueError(f"max_tokens={cfg.max_tokens} × accum_steps={cfg.accum_steps} leaves no full step")
+                bar = None
+                if tqdm is not None and progress and main:
+                    bar = tqdm(total=n_micro // cfg.accum_steps, initial=st['batch'] // cfg.accum_steps, desc=f"epoch {st['epoch']+1}",
+                               leave=False, file=sys.stderr)
+                net.train(); t0 = t_last = time.time(); ntok, ntgt, lsum = 0, 0, 0.0
+                while st['batch'] < n_micro:
+                    group = batches[st['batch']:st['batch'] + cfg.accum_steps]
+                    data = [collate([train_ex[i] for i in b]) for b in group]
+                    lsum, n_tgt, step_tok = train_step(net, fwd, opt, sched, data, cfg, device, world, lsum)
+                    ntgt += n_tgt; ntok += step_tok
+                    st['batch'] += len(group); st['step'] += 1; st['tokens'] += step_tok * world
+                    now = time.time(); st['train_seconds'] += now - t_last; t_last = now
+                    if bar: bar.update(1)
+                    stopped = out_of_time()
+                    ck_now = cfg.checkpoint_every and st['step'] % cfg.checkpoint_every == 0
+                    if st['step'] % cfg.log_every == 0 or st['batch'] >= n_micro or stopped or ck_now:
+                        diverged('training loss', math.isfinite(float(lsum)))
+                    if st['step'] % cfg.log_every == 0 or st['batch'] >= n_micro or stopped:
+                        if device.type == 'cuda': torch.cuda.synchronize()
+                        dt = max(time.time() - t0, 1e-9)
+                        if main:
+                            rec = dict(kind='train', epoch=st['epoch'] + st['batch'] / n_micro, step=st['step'],
+                                       loss=round(float(lsum) / max(ntgt, 1), 4), lr=float(f"{sched.get_last_lr()[0]:.4g}"), tokens_per_s=round(ntok * world / dt),
+                                       seconds=round(st['train_seconds'], 1))
+                            _log(metrics, rec)
+                            if bar: bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=rec['tokens_per_s'])
+                        t0, ntok, ntgt, lsum = time.time(), 0, 0, 0.0; t_last = max(t_last, t0)
+                    if ck_now: save()
+                    if stopped: break
+                if bar: bar.close()
+                if st['batch'] >= n_micro and not halt['signal']:   # (after a signal, the resumed run does the epoch's end)
+                    st['epoch'] += 1; st['batch'] = 0
                     if main:
-                        rec = dict(kind='train', epoch=st['epoch'] + st['batch'] / n_micro, step=st['step'],
-                                   loss=round(float(lsum) / max(ntgt, 1), 4), lr=float(f"{sched.get_last_lr()[0]:.4g}"), tokens_per_s=round(ntok * world / dt),
+                        rec = dict(kind='epoch', epoch=st['epoch'], step=st['step'], val_loss=round(eval_loss(model, val_ex, cfg, device), 4),
                                    seconds=round(st['train_seconds'], 1))
+                        if cfg.val_bleu:
+                            hyps = translate(model, tok, [s for s, _ in splits['val']], 1, max_len=cfg.max_len, batch_size=cfg.eval_batch)
+                            rec['val_bleu'] = score(hyps, [t for _, t in splits['val']])['bleu']
                         _log(metrics, rec)
-                        if bar: bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=rec['tokens_per_s'])
-                    t0, ntok, ntgt, lsum = time.time(), 0, 0, 0.0; t_last = max(t_last, t0)
-                if ck_now: save()
-                if stopped: break
-            if bar: bar.close()
-            if st['batch'] >= n_micro and not halt['signal']:   # (after a signal, the resumed run does the epoch's end)
-                st['epoch'] += 1; st['batch'] = 0
-                if main:
-                    rec = dict(kind='epoch', epoch=st['epoch'], step=st['step'], val_loss=round(eval_loss(model, val_ex, cfg, device), 4),
-                               seconds=round(st['train_seconds'], 1))
-                    if cfg.val_bleu:
-                        hyps = translate(model, tok, [s for s, _ in splits['val']], 1, max_len=cfg.max_len, batch_size=cfg.eval_batch)
-                        rec['val_bleu'] = score(hyps, [t for _, t in splits['val']])['bleu']
-                    _log(metrics, rec)
-                if world > 1: dist.barrier()
-                if cfg.keep_epochs and (st['epoch'] > cfg.epochs - cfg.keep_epochs or may_stop_early(cfg)):
-                    check_weights()
-                    if main: keep_epoch_weights(model, run_dir, st['epoch'], cfg.keep_epochs, **run_ids)
-                if cfg.epoch_checkpoints and st['epoch'] % cfg.epoch_checkpoints == 0 and st['epoch'] < cfg.epochs: save()
-                stopped = out_of_time()
-        save()
+                    if world > 1: dist.barrier()
+                    if cfg.keep_epochs and (st['epoch'] > cfg.epochs - cfg.keep_epochs or may_stop_early(cfg)):
+                        check_weights()
+                        if main: keep_epoch_weights(model, run_dir, st['epoch'], cfg.keep_epochs, **run_ids)
+                    if cfg.epoch_checkpoints and st['epoch'] % cfg.epoch_checkpoints == 0 and st['epoch'] < cfg.epochs: save()
+                    stopped = out_of_time()
+            save()
+    except BaseException:   # a new run that stopped before its first checkpoint leaves nothing behind
+        if main and not resume and saved['step'] is None: _undo_new_run(run_dir, made)
+        raise
     net = fwd = None   # the DDP wrapper goes before its process group: freed after it, at exit, gloo's teardown
     if world > 1: gc.collect()   # can wait for the interpreter lock forever (seen once in a two-process test)
     if halt['signal']:

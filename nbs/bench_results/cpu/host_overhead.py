@@ -13,7 +13,7 @@ rounds and the median (and quartiles) over the rounds of the differences taken w
 module - kernel and kernel - floor. Cases: the target shapes (1, 8, 512, 64) and (32, 32, 1, 128), both
 pairings, fwd and fwd+bwd; and a sweep (1, 8, seq, 64), split halves, fwd, for seq in `--seqs`.
 
-The environment is the one the process started with, as `rope_lit.bench_cli.cpu_environment` names it: 'default'
+The environment is the one the process started with, as `rope_lit.bench.cpu_environment` names it: 'default'
 (GLIBC_TUNABLES unset), 'glibc' (`CPU_TUNABLES`) or 'custom' (glibc reads GLIBC_TUNABLES only at start-up).
 
 Usage, from the folder `nbs/` of the repository (ROOT, here `..`, is the folder that holds the `rope_lit` to time):
@@ -125,7 +125,7 @@ def paired_times(fns:dict, rounds:int, loop_ms:float, no_grad:bool):
 def measure(rounds=31, loop_ms=3.0, seqs=SWEEP_SEQS):
     "Rows of the CSV for this process's environment"
     import torch
-    from rope_lit.bench_cli import cpu_environment
+    from rope_lit.bench import cpu_environment
     env = cpu_environment()   # 'default', 'glibc' or 'custom'
     cases = [(shape, pairing, mode) for shape in TARGET_SHAPES for pairing in ('split', 'interleaved')
              for mode in ('fwd', 'fwd+bwd')]
@@ -160,7 +160,7 @@ def one_environment(args):
     sys.path.insert(0, os.path.abspath(args.root))
     import torch, rope_lit
     assert rope_lit.__file__.startswith(os.path.abspath(args.root)), rope_lit.__file__
-    from rope_lit.bench_cli import CPU_TUNABLES
+    from rope_lit.bench import CPU_TUNABLES
     meta = dict(date_start=_now(), load_average_before=[round(x, 2) for x in os.getloadavg()])
     if meta['load_average_before'][0] > 0.5 * (os.cpu_count() or 1):
         print(f"host_overhead: note: load average {meta['load_average_before'][0]} at the start; other work "
@@ -180,7 +180,7 @@ def one_environment(args):
 def both_environments(args):
     "One fresh process per environment; merged CSV and description in the folder --both"
     sys.path.insert(0, os.path.abspath(args.root))
-    from rope_lit.bench_cli import CPU_TUNABLES
+    from rope_lit.bench import CPU_TUNABLES
     rows, metas = [], {}
     with tempfile.TemporaryDirectory() as tmp:
         for env_name in ENVIRONMENTS:

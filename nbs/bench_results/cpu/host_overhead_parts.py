@@ -10,7 +10,7 @@ and, against the bare kernel call the module makes (`native_qk_direct`, no argum
 `rotary_qk_native`: "fwd, no_grad, direct" and "fwd+bwd, direct". Per case: the median and quartiles over the
 rounds of module - kernel within a round, and each one's median.
 
-Usage, from `nbs/`: python bench_results/cpu/host_overhead_parts.py .. [--rounds 1001] > bench_results/cpu/host_overhead_parts.json
+Usage, from `nbs/`: python bench_results/cpu/host_overhead_parts.py .. [--rounds 1001] > bench_results/cpu/epyc/host_overhead_parts.json
 """
 import argparse, datetime, json, os, statistics, sys
 
@@ -26,7 +26,7 @@ torch.set_num_threads(2)
 from host_overhead import paired_times, _cpu
 from rope_lit.rope import RotaryEmbedding
 from rope_lit.kernels import rotary_qk_native, native_qk_direct
-from rope_lit.bench_cli import cpu_environment
+from rope_lit.bench import cpu_environment
 
 us = lambda s: round(s * 1e6, 2)
 
