@@ -14,7 +14,7 @@ import argparse, csv, datetime, json, math, os, platform, statistics, sys, time
 from pathlib import Path
 import torch
 from .frequencies import rope_frequencies
-from .cli_args import check_private
+from .cli_args import check_private, memory_error
 from .cpp_build import cpu_info
 from .kernels import select_backend, rotary_append_native, rotary_qk_native
 from .rope import rotary_qk as rotary_qk_eager, rotary_cos_sin
@@ -257,7 +257,7 @@ def run_benchmark(
                 run = _runner(f, sets[m.layout], backward and m.backward)
                 run(0)   # compile / autotune outside the timed region
                 runs[m.name] = run
-            except Exception as e: notes[m.name] = f"{type(e).__name__}: {str(e)[:200]}"
+            except Exception as e: notes[m.name] = memory_error(e) or f"{type(e).__name__}: {str(e)[:200]}"
         if FLOOR not in runs:   # e.g. a shape too large for memory: nothing to compare the others with
             raise ValueError(f"shape {'x'.join(map(str, shape))}: the copy floor could not run "
                              f"({notes.get(FLOOR, 'skipped')}): choose a smaller shape")
