@@ -43,7 +43,7 @@ def build_parser()->argparse.ArgumentParser:
                    "frequencies); default sinusoidal")
     t.add_argument('--run-dir', required=True, help='folder for this run (created; must not hold a run unless --resume or --overwrite)')
     t.add_argument('--resume', action='store_true', help='continue the run in --run-dir exactly from its last checkpoint '
-                   '(only --epochs, --max-steps, --time-budget, --checkpoint-every, --epoch-checkpoints, --keep-epochs, --device, --threads, --eval-batch, --no-final-eval apply)')
+                   '(only --epochs, --max-steps, --time-budget, --checkpoint-every, --epoch-checkpoints, --keep-epochs, --device, --threads, --eval-batch, --final-eval, --no-final-eval apply)')
     t.add_argument('--overwrite', action='store_true', help='delete the files of the run already in --run-dir and start again')
     t.add_argument('--data', help="'synthetic', 'multi30k' (found in $ROPE_LIT_MULTI30K, ~/.cache/rope_lit/multi30k, .data/multi30k or shared/data/multi30k beside a checkout) "
                    "or a folder of raw {train,val,test_2016_flickr}.{de,en}[.gz] files")
@@ -77,7 +77,10 @@ def build_parser()->argparse.ArgumentParser:
     t.add_argument('--no-cpu-speed', dest='cpu_speed', action='store_const', const=False,
                    help="on a CPU, train without the model's speed wing (the same model, slower)")
     t.add_argument('--no-val-bleu', dest='val_bleu', action='store_const', const=False, help='skip the per-epoch validation BLEU')
-    t.add_argument('--no-final-eval', dest='final_eval', action='store_const', const=False, help='skip the final evaluation')
+    final = t.add_mutually_exclusive_group()
+    final.add_argument('--no-final-eval', dest='final_eval', action='store_const', const=False, help='skip the final evaluation')
+    final.add_argument('--final-eval', dest='final_eval', action='store_const', const=True, help='run the final evaluation '
+                       '(the default; with --resume, it turns it back on for a run started with --no-final-eval)')
     t.add_argument('--no-progress', action='store_true', help='no progress bars (training and the final evaluation)')
     e = sub.add_parser('evaluate', help='score a trained run on val and test_2016_flickr',
                        description='Decode val and test_2016_flickr with greedy and beam search, score with sacreBLEU '
