@@ -700,9 +700,14 @@ def _signals_to(received:list):
         for s, h in old.items(): signal.signal(s, h)
 
 # %% ../../nbs/12_mt_train.ipynb #db4bc113
+def _nothing_kept(run_dir:Path)->bool:
+    "Whether a run has written neither weights (nor part of a file) into `checkpoints/` nor a line of its log"
+    log = run_dir/'metrics.jsonl'
+    return not any((run_dir/'checkpoints').glob('*')) and not (log.is_file() and log.stat().st_size)
+
 def _undo_new_run(run_dir:Path, made:bool):
-    "Remove what a new run that saved no weights wrote: its files, and its folder if it made it (and it is empty)"
-    if any((run_dir/'checkpoints').glob('*')): return   # weights (or a part-written file) were kept: all stays
+    "Remove what a new run that kept nothing wrote: its files, and its folder if it made it (and it is empty)"
+    if not _nothing_kept(run_dir): return   # its log or weights are worth keeping: all stays
     for name in ('config.json', 'tokenizer.json', 'metrics.jsonl'): (run_dir/name).unlink(missing_ok=True)
     for folder in (run_dir/'checkpoints',) + ((run_dir,) if made else ()):
         with contextlib.suppress(OSError): folder.rmdir()   # only if empty: nothing else is touched
@@ -818,9 +823,12 @@ def train(
         bad = torch.tensor([float(not finite)], device=device)
         if world > 1: dist.all_reduce(bad, op=dist.ReduceOp.MAX)
         if bad.item():
-            kept = (f"the last good checkpoint {ck_path} (step {saved['step']}) is kept, not written over"
-                    if saved['step'] is not None else "no checkpoint had been saved, so the run's files are removed"
-                    + (" (overwrite=True had deleted the earlier run)" if overwrite and not resume else ""))
+            if saved['step'] is not None:
+                kept = f"the last good checkpoint {ck_path} (step {saved['step']}) is kept, not written over"
+            else:   # (a new run: a resumed one always has its checkpoint)
+                kept = ("no checkpoint had been saved, " + ("so the run's files are removed" if _nothing_kept(run_dir)
+                        else "and the run's log and files are kept (start it again with overwrite=True, --overwrite)")
+                        + (" (overwrite=True had deleted the earlier run)" if overwrite else ""))
             raise NonFiniteLoss(f"training stopped: the {what} became non-finite at step {st['step']} (epoch "
                                 f"{st['epoch'] + 1}); {kept}; train again with a "
                                 "smaller learning-rate factor or a longer warm-up")
@@ -902,7 +910,7 @@ def train(
                     if cfg.epoch_checkpoints and st['epoch'] % cfg.epoch_checkpoints == 0 and st['epoch'] < cfg.epochs: save()
                     stopped = out_of_time()
             save()
-    except BaseException:   # a new run that stopped before its first checkpoint leaves nothing behind
+    except BaseException:   # a new run that stopped before it kept anything leaves nothing behind
         if main and not resume and saved['step'] is None: _undo_new_run(run_dir, made)
         raise
     net = fwd = None   # the DDP wrapper goes before its process group: freed after it, at exit, gloo's teardown
