@@ -47,7 +47,7 @@ def build_parser()->argparse.ArgumentParser:
     t.add_argument('--run-dir', required=True, help='folder for this run (created; must not hold a run unless --resume or --overwrite)')
     t.add_argument('--resume', action='store_true', help='continue the run in --run-dir exactly from its last checkpoint '
                    '(only --epochs, --max-steps, --time-budget, --checkpoint-every, --epoch-checkpoints, --keep-epochs, --device, --threads, --eval-batch, --final-eval, --no-final-eval apply)')
-    t.add_argument('--overwrite', action='store_true', help='delete the files of the run already in --run-dir and start again')
+    t.add_argument('--overwrite', action='store_true', help='start again in place of the run in --run-dir (deleted once the new run has saved weights)')
     t.add_argument('--data', help="'synthetic', 'multi30k' (found in $ROPE_LIT_MULTI30K, ~/.cache/rope_lit/multi30k, .data/multi30k or shared/data/multi30k beside a checkout) "
                    "or a folder of raw {train,val,test_2016_flickr}.{de,en}[.gz] files")
     t.add_argument('--seed', type=number(int, 0), help='seed of initialisation, dropout and batch order (default 0)')

@@ -567,13 +567,14 @@ def final_weight_files(run_dir:str|Path)->list[Path]:
     return [Path(run_dir)/n for n in run_files(run_dir)
             if re.fullmatch(r'results(\.n\d+)?\.json|(attention|entropy)\.json|hyp\..+\.en', n) and '.avg' not in n]
 
-ASIDE = '.replaced'   # where an overwrite keeps the old run until the new one is built
+ASIDE = '.replaced'   # where an overwrite keeps the old run until the new one has saved weights
 
 def check_no_aside(run_dir:Path):
-    "Raise unless `run_dir` is free of a run that an overwrite set aside and was killed before it finished"
+    "Raise unless `run_dir` is free of a run that an overwrite set aside and was killed before it saved weights"
     if os.path.lexists(run_dir/ASIDE):
-        raise FileExistsError(f"run_dir {run_dir} holds {ASIDE}, a run set aside by an overwrite that was killed: "
-                              f"move its files back into {run_dir} (if it holds no run) or delete it, then run again")
+        raise FileExistsError(f"run_dir {run_dir} holds {ASIDE}, a run set aside by an overwrite that was killed before "
+                              f"it saved weights: to keep that run, delete the other run files in {run_dir} and move "
+                              f"{ASIDE}'s files back; to drop it, delete {ASIDE}; then run again")
 
 def set_aside(run_dir:Path)->Path|None:
     "Move the run in `run_dir` into `run_dir/.replaced` (nothing deleted), where `restore_aside` finds it; None: no run"
@@ -705,12 +706,22 @@ def _nothing_kept(run_dir:Path)->bool:
     log = run_dir/'metrics.jsonl'
     return not any((run_dir/'checkpoints').glob('*')) and not (log.is_file() and log.stat().st_size)
 
-def _undo_new_run(run_dir:Path, made:bool):
-    "Remove what a new run that kept nothing wrote: its files, and its folder if it made it (and it is empty)"
+def _first_missing(path:Path)->Path|None:
+    "The outermost folder of `path` (itself included) that does not exist: what `mkdir(parents=True)` makes"
+    top = None
+    for p in (path, *path.parents):
+        if p.exists() or p.is_symlink(): break
+        top = p
+    return top
+
+def _undo_new_run(run_dir:Path, made:Path|None):
+    "Remove what a new run that kept nothing wrote: its files, and the folders it made up to `made` (if empty)"
     if not _nothing_kept(run_dir): return   # its log or weights are worth keeping: all stays
     for name in ('config.json', 'tokenizer.json', 'metrics.jsonl'): (run_dir/name).unlink(missing_ok=True)
-    for folder in (run_dir/'checkpoints',) + ((run_dir,) if made else ()):
-        with contextlib.suppress(OSError): folder.rmdir()   # only if empty: nothing else is touched
+    with contextlib.suppress(OSError): (run_dir/'checkpoints').rmdir()   # only if empty: nothing else is touched
+    for folder in (run_dir, *run_dir.parents) if made is not None else ():
+        with contextlib.suppress(OSError): folder.rmdir()
+        if folder == made: break
 
 
 # %% ../../nbs/12_mt_train.ipynb #319363be
@@ -718,7 +729,7 @@ def train(
     cfg:TranslationConfig,  # what to train (ignored on resume, except the run-length fields given in `overrides`)
     run_dir:str|Path,       # the run directory
     resume:bool=False,      # continue from `run_dir/checkpoints/last.pt`
-    overwrite:bool=False,   # replace a run already in `run_dir` (kept until the new run's model is built)
+    overwrite:bool=False,   # replace a run already in `run_dir` (kept until the new run has saved weights)
     progress:bool=True,     # tqdm progress bars
     **overrides,            # on resume: new values for `RUN_LENGTH_FIELDS`
 )->dict:                    # summary (also in results.json when evaluated)
@@ -762,9 +773,10 @@ def train(
         if flag.item() and refused is None: raise ValueError("the first process refused the settings (its error says why)")
     if refused is not None: raise refused
     # only once the new run can start (its data loaded, its device set): the old run moves aside, so that another
-    # run's tokenizer or metrics cannot leak into this one, and comes back if this one fails before its model is built
+    # run's tokenizer or metrics cannot leak into this one, and comes back if this one fails before it saved weights
     aside = set_aside(run_dir) if overwrite and not resume and main else None
-    made = main and not resume and not run_dir.exists()   # this call makes the folder: it may remove it again
+    replacing = aside is not None
+    made = _first_missing(run_dir) if main and not resume else None   # folders this call makes: it may remove them
     try:
         if main and not resume:   # on resume the config is rewritten only once the checkpoint has loaded
             run_dir.mkdir(mode=0o755, parents=True, exist_ok=True)            # not writable by others, whatever
@@ -788,7 +800,6 @@ def train(
         if aside is not None: restore_aside(run_dir, aside)   # e.g. out of memory: the old run as it was
         elif main and not resume: _undo_new_run(run_dir, made)   # a new run that never started leaves nothing
         raise
-    if aside is not None: shutil.rmtree(aside)                # the new run is under way: the old one goes
     st = dict(epoch=0, batch=0, step=0, tokens=0, train_seconds=0.0)
     if resume:
         ck = read_checkpoint(ck_path, map_location=device)
@@ -813,9 +824,6 @@ def train(
         if main: drop_stale_epoch_weights(run_dir, cfg, st['epoch'])
         if log is not None: atomic_write(run_dir/'metrics.jsonl', log, mode=RUN_FILE_MODE)   # one record per step and kind
         if main: print(f"resuming from step {st['step']} (epoch {st['epoch'] + 1})", file=sys.stderr, flush=True)
-    net = model
-    if world > 1: net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == 'cuda' else None)
-    fwd = torch.compile(net, dynamic=True) if cfg.compile else net
     metrics = run_dir/'metrics.jsonl'
     saved, received, halt = dict(step=st['step'] if resume else None), [], dict(signal=0)
 
@@ -825,13 +833,19 @@ def train(
         if bad.item():
             if saved['step'] is not None:
                 kept = f"the last good checkpoint {ck_path} (step {saved['step']}) is kept, not written over"
-            else:   # (a new run: a resumed one always has its checkpoint)
+            elif aside is not None:   # (a new run: a resumed one always has its checkpoint)
+                kept = "no weights had been saved, so this run's files are removed and the run it replaced is back as it was"
+            else:
                 kept = ("no checkpoint had been saved, " + ("so the run's files are removed" if _nothing_kept(run_dir)
                         else "and the run's log and files are kept (start it again with overwrite=True, --overwrite)")
-                        + (" (overwrite=True had deleted the earlier run)" if overwrite else ""))
+                        + (" (the run it replaced was deleted when it kept epoch weights)" if replacing else ""))
             raise NonFiniteLoss(f"training stopped: the {what} became non-finite at step {st['step']} (epoch "
                                 f"{st['epoch'] + 1}); {kept}; train again with a "
                                 "smaller learning-rate factor or a longer warm-up")
+
+    def replaced():   # the new run has saved weights: the run it replaces goes (set aside first, so never both)
+        nonlocal aside
+        if aside is not None: old, aside = aside, None; shutil.rmtree(old)
 
     def check_weights():
         diverged('weights', bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all()))  # one read
@@ -843,6 +857,7 @@ def train(
         else: rngs = [rng_state()]
         if main: atomic_save(dict(model=model.state_dict(), optimizer=opt.state_dict(), scheduler=sched.state_dict(),
                                   state=dict(st), rng=rngs, **run_ids), ck_path)
+        replaced()
         if main and resume and st['step'] != saved['step']:   # new final weights: the old ones' scores no longer hold
             _remove(run_dir, [f.name for f in final_weight_files(run_dir)])
         saved['step'] = st['step']
@@ -858,6 +873,9 @@ def train(
         return stop or sig > 0
 
     try:
+        net = model
+        if world > 1: net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == 'cuda' else None)
+        fwd = torch.compile(net, dynamic=True) if cfg.compile else net
         with _signals_to(received):   # until the last checkpoint is written, a signal only stops the loop
             stopped, n_micro = out_of_time(), 1
             while st['epoch'] < cfg.epochs and not stopped:
@@ -906,12 +924,13 @@ def train(
                     if world > 1: dist.barrier()
                     if cfg.keep_epochs and (st['epoch'] > cfg.epochs - cfg.keep_epochs or may_stop_early(cfg)):
                         check_weights()
-                        if main: keep_epoch_weights(model, run_dir, st['epoch'], cfg.keep_epochs, **run_ids)
+                        if main: keep_epoch_weights(model, run_dir, st['epoch'], cfg.keep_epochs, **run_ids); replaced()
                     if cfg.epoch_checkpoints and st['epoch'] % cfg.epoch_checkpoints == 0 and st['epoch'] < cfg.epochs: save()
                     stopped = out_of_time()
             save()
     except BaseException:   # a new run that stopped before it kept anything leaves nothing behind
-        if main and not resume and saved['step'] is None: _undo_new_run(run_dir, made)
+        if aside is not None: restore_aside(run_dir, aside)   # and no weights: the run it was to replace, as it was
+        elif main and not resume and saved['step'] is None: _undo_new_run(run_dir, made)
         raise
     net = fwd = None   # the DDP wrapper goes before its process group: freed after it, at exit, gloo's teardown
     if world > 1: gc.collect()   # can wait for the interpreter lock forever (seen once in a two-process test)
