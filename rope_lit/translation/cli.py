@@ -18,7 +18,7 @@ PRESET_NAMES = ('tiny', 'cpu', 'base')
 POSITION_NAMES = ('sinusoidal', 'learned', 'rope', 'rope+cross', 'none', 'hexu')
 SPLITS = ('train', 'val', 'test_2016_flickr')
 RESUME_FIELDS = ('epochs', 'max_steps', 'time_budget', 'final_eval', 'checkpoint_every', 'epoch_checkpoints',
-                 'keep_epochs', 'device', 'threads', 'eval_batch')   # the settings `train --resume` may change
+                 'keep_epochs', 'device', 'threads', 'eval_batch', 'val_bleu')   # what `train --resume` may change
 
 
 # %% ../../nbs/12a_mt_cli.ipynb #8bb5fe49
@@ -46,7 +46,7 @@ def build_parser()->argparse.ArgumentParser:
                    "frequencies); default sinusoidal")
     t.add_argument('--run-dir', required=True, help='folder for this run (created; must not hold a run unless --resume or --overwrite)')
     t.add_argument('--resume', action='store_true', help='continue the run in --run-dir exactly from its last checkpoint '
-                   '(only --epochs, --max-steps, --time-budget, --checkpoint-every, --epoch-checkpoints, --keep-epochs, --device, --threads, --eval-batch, --final-eval, --no-final-eval apply)')
+                   '(only --epochs, --max-steps, --time-budget, --checkpoint-every, --epoch-checkpoints, --keep-epochs, --device, --threads, --eval-batch, --final-eval, --no-final-eval, --val-bleu, --no-val-bleu apply)')
     t.add_argument('--overwrite', action='store_true', help='start again in place of the run in --run-dir (deleted once the new run has saved weights)')
     t.add_argument('--data', help="'synthetic', 'multi30k' (found in $ROPE_LIT_MULTI30K, ~/.cache/rope_lit/multi30k, .data/multi30k or shared/data/multi30k beside a checkout) "
                    "or a folder of raw {train,val,test_2016_flickr}.{de,en}[.gz] files")
@@ -79,7 +79,11 @@ def build_parser()->argparse.ArgumentParser:
     t.add_argument('--compile', action='store_const', const=True, help='torch.compile the model for training')
     t.add_argument('--no-cpu-speed', dest='cpu_speed', action='store_const', const=False,
                    help="on a CPU, train without the model's speed wing (the same model, slower)")
-    t.add_argument('--no-val-bleu', dest='val_bleu', action='store_const', const=False, help='skip the per-epoch validation BLEU')
+    bleu = t.add_mutually_exclusive_group()
+    bleu.add_argument('--no-val-bleu', dest='val_bleu', action='store_const', const=False,
+                      help='skip the greedy validation BLEU after each epoch (the validation loss is still logged)')
+    bleu.add_argument('--val-bleu', dest='val_bleu', action='store_const', const=True, help='score that BLEU (the '
+                      'default; with --resume, it turns it back on for a run started with --no-val-bleu)')
     final = t.add_mutually_exclusive_group()
     final.add_argument('--no-final-eval', dest='final_eval', action='store_const', const=False, help='skip the final evaluation')
     final.add_argument('--final-eval', dest='final_eval', action='store_const', const=True, help='run the final evaluation '

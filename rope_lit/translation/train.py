@@ -549,7 +549,8 @@ def evaluate(
     return out
 
 # %% ../../nbs/12_mt_train.ipynb #3113ea85
-RUN_LENGTH_FIELDS = ('epochs', 'max_steps', 'time_budget', 'final_eval', 'checkpoint_every', 'epoch_checkpoints', 'keep_epochs', 'device', 'threads', 'eval_batch')
+RUN_LENGTH_FIELDS = ('epochs', 'max_steps', 'time_budget', 'final_eval', 'checkpoint_every', 'epoch_checkpoints', 'keep_epochs', 'device', 'threads', 'eval_batch',
+                     'val_bleu')
 RUN_FILES = ('config.json', 'tokenizer.json', 'checkpoints', 'metrics.jsonl', 'results.json', 'attention.json',
              'entropy.json')   # (the last: attention entropy of the final weights, written by the GPU job)
 
