@@ -7,6 +7,8 @@ Docs: https://rope-lit.github.io/rope_lit/mt_train.html.md"""
 # %% ../../nbs/12_mt_train.ipynb #1e4ddece
 from __future__ import annotations
 import contextlib, dataclasses, gc, hashlib, json, math, os, platform, random, re, shutil, signal, sys, tempfile, threading, time
+try: import fcntl                 # folder locks (POSIX)
+except ImportError: fcntl = None
 from dataclasses import dataclass, asdict
 from pathlib import Path
 import torch, torch.nn.functional as F
@@ -28,14 +30,14 @@ except ImportError: tqdm = None
 
 # %% auto #0
 __all__ = ['PRESETS', 'RUN_FILE_MODE', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', 'EXAMPLE_DE', 'EXAMPLE_EN', 'RUN_LENGTH_FIELDS',
-           'RUN_FILES', 'ASIDE', 'TranslationConfig', 'make_config', 'noam_lr', 'make_optimizer',
+           'RUN_FILES', 'ASIDE', 'GOING', 'TranslationConfig', 'make_config', 'noam_lr', 'make_optimizer',
            'load_optimizer_state', 'load_splits', 'atomic_save', 'rng_state', 'set_rng_state', 'epoch_number',
            'epoch_weights', 'may_stop_early', 'keep_epoch_weights', 'drop_stale_epoch_weights', 'average_checkpoints',
            'translate', 'score', 'train_step', 'tune_cpu_malloc', 'check_device', 'read_checkpoint', 'read_tokenizer',
            'read_config', 'hardware', 'eval_loss', 'first_detail', 'check_same_run', 'tokenizer_digest', 'data_digest',
            'load_model', 'example_attention', 'evaluate', 'run_files', 'final_weight_files', 'check_no_aside',
-           'set_aside', 'restore_aside', 'RunDirInUse', 'check_run_dir', 'check_config', 'check_settings',
-           'NonFiniteLoss', 'TrainingInterrupted', 'train']
+           'set_aside', 'restore_aside', 'RunDirInUse', 'RunDirBusy', 'hold_run_dir', 'check_run_dir', 'check_config',
+           'check_settings', 'NonFiniteLoss', 'TrainingInterrupted', 'train']
 
 # %% ../../nbs/12_mt_train.ipynb #eea537c6
 @dataclass
@@ -569,13 +571,15 @@ def final_weight_files(run_dir:str|Path)->list[Path]:
             if re.fullmatch(r'results(\.n\d+)?\.json|(attention|entropy)\.json|hyp\..+\.en', n) and '.avg' not in n]
 
 ASIDE = '.replaced'   # where an overwrite keeps the old run until the new one has saved weights
+GOING = ASIDE + '.deleting'   # the replaced run while it is deleted (cut short by a kill: the next run ends it)
 
 def check_no_aside(run_dir:Path):
     "Raise unless `run_dir` is free of a run that an overwrite set aside and was killed before it saved weights"
     if os.path.lexists(run_dir/ASIDE):
         raise FileExistsError(f"run_dir {run_dir} holds {ASIDE}, a run set aside by an overwrite that was killed before "
-                              f"it saved weights: to keep that run, delete the other run files in {run_dir} and move "
-                              f"{ASIDE}'s files back; to drop it, delete {ASIDE}; then run again")
+                              f"it saved weights: to get that run back, move every file in {ASIDE} into {run_dir} "
+                              f"(replacing those of the same name) and delete {ASIDE}; to drop it, delete {ASIDE}; "
+                              "then run again")
 
 def set_aside(run_dir:Path)->Path|None:
     "Move the run in `run_dir` into `run_dir/.replaced` (nothing deleted), where `restore_aside` finds it; None: no run"
@@ -612,6 +616,26 @@ class RunDirInUse(FileExistsError):
         self.run_dir, self.names = Path(run_dir), names
         super().__init__(f"run_dir {run_dir} already holds a run ({', '.join(names)}): pass resume=True to "
                          "continue it, overwrite=True to start it again, or use a new folder")
+
+class RunDirBusy(FileExistsError):
+    "Another process is training in `run_dir` (it holds the folder's lock)"
+    def __init__(self, run_dir):
+        super().__init__(f"run_dir {run_dir} is in use: another process is training in it; wait for it to end, "
+                         "or use another folder")
+
+def hold_run_dir(run_dir:Path)->int|None:
+    "Make `run_dir` if missing and lock it (`flock`) for this process; None where folders cannot be locked"
+    while True:
+        run_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+        if fcntl is None: return None                       # (Windows)
+        fd = os.open(run_dir, os.O_RDONLY | getattr(os, 'O_DIRECTORY', 0))
+        try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError: os.close(fd); raise RunDirBusy(run_dir) from None
+        except OSError: os.close(fd); return None           # a file system without locks
+        held, now = os.fstat(fd), None
+        with contextlib.suppress(FileNotFoundError): now = os.stat(run_dir)
+        if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino): return fd
+        os.close(fd)   # removed (perhaps made again) since it was opened: lock the folder there now
 
 # %% ../../nbs/12_mt_train.ipynb #0b38a804
 def check_run_dir(
@@ -737,8 +761,13 @@ def train(
     "Train (or resume) a translation run in `run_dir`"
     run_dir = Path(run_dir); ck_path = run_dir/'checkpoints'/'last.pt'
     world, rank = int(os.environ.get('WORLD_SIZE', 1)), int(os.environ.get('RANK', 0))
+    if resume and overwrite:
+        raise ValueError("resume and overwrite exclude each other: resume continues the run in run_dir, overwrite "
+                         "replaces it")
     check_run_dir(run_dir, files=not overwrite)   # overwrite moves the run's files aside (links too), unread
-    check_no_aside(run_dir)                       # an earlier overwrite killed half-way: its run is in there
+    if os.path.lexists(run_dir/ASIDE):            # an overwrite under way (refused as busy), or one killed half-way
+        if (fd := hold_run_dir(run_dir)) is not None: os.close(fd)
+        check_no_aside(run_dir)
     if resume:
         if not ck_path.is_file():
             why = " (the run stopped before its first checkpoint: start it again with --overwrite, overwrite=True)" if (run_dir/'config.json').is_file() else ""
@@ -752,201 +781,215 @@ def train(
     if (not resume and isinstance(cfg.data, (str, os.PathLike)) and str(cfg.data) not in ('synthetic', 'multi30k')
             and not os.path.isabs(cfg.data)):
         cfg = dataclasses.replace(cfg, data=os.path.abspath(cfg.data))   # resume, evaluate: the same folder from anywhere
-    if cfg.threads: torch.set_num_threads(cfg.threads)
     device = _device(cfg)
-    if device.type == 'cpu': tune_cpu_malloc()
-    if device.type == 'cuda': torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     if world > 1 and not dist.is_initialized():
         if device.type == 'cuda': device = torch.device('cuda', int(os.environ.get('LOCAL_RANK', 0))); torch.cuda.set_device(device)
         dist.init_process_group('nccl' if device.type == 'cuda' else 'gloo')
     main = rank == 0
     # first: a run whose data is missing (or has no text) leaves no folder behind
     splits = load_splits(cfg, ('train', 'val') + ('test_2016_flickr',) * cfg.final_eval)
-    refused = None
+    refused, held = None, None
     if main and not resume:     # then every setting, before any file is deleted or written
         try:
             new_tok = train_tokenizer([x for p in splits['train'] for x in p], cfg.vocab_size)
             check_settings(cfg, new_tok, splits['train'], world)
         except ValueError as e: refused = e
+    made = _first_missing(run_dir) if main and not resume else None   # folders this call makes: it may remove them
+    if main and refused is None:   # from here until it returns, no other process trains in run_dir
+        try:
+            held = hold_run_dir(run_dir)
+            check_no_aside(run_dir)                   # an earlier overwrite killed half-way: its run is in there
+            if not (resume or overwrite) and (names := run_files(run_dir)): raise RunDirInUse(run_dir, names)
+            _remove(run_dir, [n for n in (GOING,) if os.path.lexists(run_dir/n)])   # a replaced run, half deleted
+        except FileExistsError as e: refused = e      # (a run another process started in the meantime)
     if world > 1:               # every process stops on a refused setting, not only the first
         flag = torch.tensor([float(refused is not None)], device=device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         if flag.item() and refused is None: raise ValueError("the first process refused the settings (its error says why)")
-    if refused is not None: raise refused
-    # only once the new run can start (its data loaded, its device set): the old run moves aside, so that another
-    # run's tokenizer or metrics cannot leak into this one, and comes back if this one fails before it saved weights
-    aside = set_aside(run_dir) if overwrite and not resume and main else None
-    replacing = aside is not None
-    made = _first_missing(run_dir) if main and not resume else None   # folders this call makes: it may remove them
+    if refused is not None:
+        if held is not None: os.close(held)
+        raise refused
+    if cfg.threads: torch.set_num_threads(cfg.threads)   # the process's settings change only for a run that starts
+    if device.type == 'cpu': tune_cpu_malloc()
+    if device.type == 'cuda': torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     try:
-        if main and not resume:   # on resume the config is rewritten only once the checkpoint has loaded
-            run_dir.mkdir(mode=0o755, parents=True, exist_ok=True)            # not writable by others, whatever
-            (run_dir/'checkpoints').mkdir(mode=0o755, exist_ok=True)          # the umask: `check_run_dir` reads it
-            atomic_write(run_dir/'config.json', json.dumps(asdict(cfg), indent=1), mode=RUN_FILE_MODE)
-        if main and not resume:
-            atomic_write(run_dir/'tokenizer.json', write=lambda tmp: new_tok.save(str(tmp)), mode=RUN_FILE_MODE)   # whole or absent
-        if world > 1: dist.barrier()
-        tok = read_tokenizer(run_dir/'tokenizer.json')
-        run_ids = dict(config=asdict(cfg), tokenizer_sha256=tokenizer_digest(run_dir),   # in every checkpoint
-                       data_sha256={s: data_digest(splits[s]) for s in ('train', 'val')})
-        train_ex, val_ex = encode_pairs(tok, splits['train'], cfg.max_len), encode_pairs(tok, splits['val'], cfg.max_len)
-        lengths = [(len(s), len(t)) for s, t in train_ex]
+        # only once the new run can start (its data loaded, its device set): the old run moves aside, so that another
+        # run's tokenizer or metrics cannot leak into this one, and comes back if this one fails before it saved weights
+        aside = set_aside(run_dir) if overwrite and not resume and main else None
+        replacing = aside is not None
+        try:
+            if main and not resume:   # on resume the config is rewritten only once the checkpoint has loaded
+                run_dir.mkdir(mode=0o755, parents=True, exist_ok=True)            # not writable by others, whatever
+                (run_dir/'checkpoints').mkdir(mode=0o755, exist_ok=True)          # the umask: `check_run_dir` reads it
+                atomic_write(run_dir/'config.json', json.dumps(asdict(cfg), indent=1), mode=RUN_FILE_MODE)
+            if main and not resume:
+                atomic_write(run_dir/'tokenizer.json', write=lambda tmp: new_tok.save(str(tmp)), mode=RUN_FILE_MODE)   # whole or absent
+            if world > 1: dist.barrier()
+            tok = read_tokenizer(run_dir/'tokenizer.json')
+            run_ids = dict(config=asdict(cfg), tokenizer_sha256=tokenizer_digest(run_dir),   # in every checkpoint
+                           data_sha256={s: data_digest(splits[s]) for s in ('train', 'val')})
+            train_ex, val_ex = encode_pairs(tok, splits['train'], cfg.max_len), encode_pairs(tok, splits['val'], cfg.max_len)
+            lengths = [(len(s), len(t)) for s, t in train_ex]
 
-        random.seed(cfg.seed); torch.manual_seed(cfg.seed)
-        model = Seq2SeqTransformer(tok.get_vocab_size(), cfg.N, cfg.d_model, cfg.d_ff, cfg.h, cfg.dropout, cfg.position,
-                                   cfg.max_len).to(device)
-        if cfg.cpu_speed and device.type == 'cpu': speed_up(model)   # the same model, faster on a CPU
-        opt, sched = make_optimizer(model, cfg)
-    except BaseException:
-        if aside is not None: restore_aside(run_dir, aside)   # e.g. out of memory: the old run as it was
-        elif main and not resume: _undo_new_run(run_dir, made)   # a new run that never started leaves nothing
-        raise
-    st = dict(epoch=0, batch=0, step=0, tokens=0, train_seconds=0.0)
-    if resume:
-        ck = read_checkpoint(ck_path, map_location=device)
-        check_same_run(ck, cfg, ck_path, run_dir)   # the checkpoint's settings must be this run's, up to its length
-        was = ck.get('data_sha256') if isinstance(ck.get('data_sha256'), dict) else {}   # (older checkpoints: none)
-        if changed := [s for s, h in run_ids['data_sha256'].items() if was.get(s) not in (None, h)]:
-            raise ValueError(f"the {' and '.join(changed)} split of data {cfg.data} is not the text checkpoint {ck_path} "
-                             "was trained on (it changed since): restore that data, or train a new run")
-        try:   # a checkpoint of another run, or damaged: one line, and nothing in the run folder changed
-            model.load_state_dict(ck['model']); load_optimizer_state(opt, ck['optimizer']); sched.load_state_dict(ck['scheduler'])
-            st = {k: ck['state'][k] for k in ('epoch', 'batch', 'step', 'tokens', 'train_seconds')}
-            for k, v in st.items():   # counters, read before anything in the run folder changes
-                if isinstance(v, bool) or not isinstance(v, (int, float) if k == 'train_seconds' else int) \
-                        or not 0 <= v < math.inf:
-                    raise ValueError(f"its state's {k} is {v!r}, not a number >= 0")
-            set_rng_state(ck['rng'][rank] if isinstance(ck['rng'], list) else ck['rng'])
-        except (KeyError, IndexError, TypeError, ValueError, RuntimeError, AttributeError) as e:
-            raise ValueError(f"checkpoint {ck_path} cannot be resumed by this run ({first_detail(e)}): restore it from a copy, "
-                             "or train the run again") from None
-        log = _trimmed_metrics(run_dir/'metrics.jsonl', st) if main else None   # refused before any file changes
-        if main: atomic_write(run_dir/'config.json', json.dumps(asdict(cfg), indent=1), mode=RUN_FILE_MODE)   # new run length
-        if main: drop_stale_epoch_weights(run_dir, cfg, st['epoch'])
-        if log is not None: atomic_write(run_dir/'metrics.jsonl', log, mode=RUN_FILE_MODE)   # one record per step and kind
-        if main: print(f"resuming from step {st['step']} (epoch {st['epoch'] + 1})", file=sys.stderr, flush=True)
-    metrics = run_dir/'metrics.jsonl'
-    saved, received, halt = dict(step=st['step'] if resume else None), [], dict(signal=0)
+            random.seed(cfg.seed); torch.manual_seed(cfg.seed)
+            model = Seq2SeqTransformer(tok.get_vocab_size(), cfg.N, cfg.d_model, cfg.d_ff, cfg.h, cfg.dropout, cfg.position,
+                                       cfg.max_len).to(device)
+            if cfg.cpu_speed and device.type == 'cpu': speed_up(model)   # the same model, faster on a CPU
+            opt, sched = make_optimizer(model, cfg)
+        except BaseException:
+            if aside is not None: restore_aside(run_dir, aside)   # e.g. out of memory: the old run as it was
+            elif main and not resume: _undo_new_run(run_dir, made)   # a new run that never started leaves nothing
+            raise
+        st = dict(epoch=0, batch=0, step=0, tokens=0, train_seconds=0.0)
+        if resume:
+            ck = read_checkpoint(ck_path, map_location=device)
+            check_same_run(ck, cfg, ck_path, run_dir)   # the checkpoint's settings must be this run's, up to its length
+            was = ck.get('data_sha256') if isinstance(ck.get('data_sha256'), dict) else {}   # (older checkpoints: none)
+            if changed := [s for s, h in run_ids['data_sha256'].items() if was.get(s) not in (None, h)]:
+                raise ValueError(f"the {' and '.join(changed)} split of data {cfg.data} is not the text checkpoint {ck_path} "
+                                 "was trained on (it changed since): restore that data, or train a new run")
+            try:   # a checkpoint of another run, or damaged: one line, and nothing in the run folder changed
+                model.load_state_dict(ck['model']); load_optimizer_state(opt, ck['optimizer']); sched.load_state_dict(ck['scheduler'])
+                st = {k: ck['state'][k] for k in ('epoch', 'batch', 'step', 'tokens', 'train_seconds')}
+                for k, v in st.items():   # counters, read before anything in the run folder changes
+                    if isinstance(v, bool) or not isinstance(v, (int, float) if k == 'train_seconds' else int) \
+                            or not 0 <= v < math.inf:
+                        raise ValueError(f"its state's {k} is {v!r}, not a number >= 0")
+                set_rng_state(ck['rng'][rank] if isinstance(ck['rng'], list) else ck['rng'])
+            except (KeyError, IndexError, TypeError, ValueError, RuntimeError, AttributeError) as e:
+                raise ValueError(f"checkpoint {ck_path} cannot be resumed by this run ({first_detail(e)}): restore it from a copy, "
+                                 "or train the run again") from None
+            log = _trimmed_metrics(run_dir/'metrics.jsonl', st) if main else None   # refused before any file changes
+            if main: atomic_write(run_dir/'config.json', json.dumps(asdict(cfg), indent=1), mode=RUN_FILE_MODE)   # new run length
+            if main: drop_stale_epoch_weights(run_dir, cfg, st['epoch'])
+            if log is not None: atomic_write(run_dir/'metrics.jsonl', log, mode=RUN_FILE_MODE)   # one record per step and kind
+            if main: print(f"resuming from step {st['step']} (epoch {st['epoch'] + 1})", file=sys.stderr, flush=True)
+        metrics = run_dir/'metrics.jsonl'
+        saved, received, halt = dict(step=st['step'] if resume else None), [], dict(signal=0)
 
-    def diverged(what:str, finite:bool):   # a NaN/inf anywhere stops every process before anything is written
-        bad = torch.tensor([float(not finite)], device=device)
-        if world > 1: dist.all_reduce(bad, op=dist.ReduceOp.MAX)
-        if bad.item():
-            if saved['step'] is not None:
-                kept = f"the last good checkpoint {ck_path} (step {saved['step']}) is kept, not written over"
-            elif aside is not None:   # (a new run: a resumed one always has its checkpoint)
-                kept = "no weights had been saved, so this run's files are removed and the run it replaced is back as it was"
-            else:
-                kept = ("no checkpoint had been saved, " + ("so the run's files are removed" if _nothing_kept(run_dir)
-                        else "and the run's log and files are kept (start it again with overwrite=True, --overwrite)")
-                        + (" (the run it replaced was deleted when it kept epoch weights)" if replacing else ""))
-            raise NonFiniteLoss(f"training stopped: the {what} became non-finite at step {st['step']} (epoch "
-                                f"{st['epoch'] + 1}); {kept}; train again with a "
-                                "smaller learning-rate factor or a longer warm-up")
+        def diverged(what:str, finite:bool):   # a NaN/inf anywhere stops every process before anything is written
+            bad = torch.tensor([float(not finite)], device=device)
+            if world > 1: dist.all_reduce(bad, op=dist.ReduceOp.MAX)
+            if bad.item():
+                if saved['step'] is not None:
+                    kept = f"the last good checkpoint {ck_path} (step {saved['step']}) is kept, not written over"
+                elif aside is not None:   # (a new run: a resumed one always has its checkpoint)
+                    kept = "no weights had been saved, so this run's files are removed and the run it replaced is back as it was"
+                else:
+                    kept = ("no checkpoint had been saved, " + ("so the run's files are removed" if _nothing_kept(run_dir)
+                            else "and the run's log and files are kept (start it again with overwrite=True, --overwrite)")
+                            + (" (the run it replaced was deleted when it kept epoch weights)" if replacing else ""))
+                raise NonFiniteLoss(f"training stopped: the {what} became non-finite at step {st['step']} (epoch "
+                                    f"{st['epoch'] + 1}); {kept}; train again with a "
+                                    "smaller learning-rate factor or a longer warm-up")
 
-    def replaced():   # the new run has saved weights: the run it replaces goes (set aside first, so never both)
-        nonlocal aside
-        if aside is not None: old, aside = aside, None; shutil.rmtree(old)
+        def replaced():   # the new run has saved weights: the run it replaces goes (set aside first, so never both)
+            nonlocal aside
+            if aside is not None:
+                old, aside = aside, None
+                os.replace(old, run_dir/GOING); shutil.rmtree(run_dir/GOING)   # (a later run ends what a kill cut short)
 
-    def check_weights():
-        diverged('weights', bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all()))  # one read
+        def check_weights():
+            diverged('weights', bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all()))  # one read
 
-    def save():
-        check_weights()
-        rngs = [None] * world
-        if world > 1: dist.all_gather_object(rngs, rng_state())
-        else: rngs = [rng_state()]
-        if main: atomic_save(dict(model=model.state_dict(), optimizer=opt.state_dict(), scheduler=sched.state_dict(),
-                                  state=dict(st), rng=rngs, **run_ids), ck_path)
-        replaced()
-        if main and resume and st['step'] != saved['step']:   # new final weights: the old ones' scores no longer hold
-            _remove(run_dir, [f.name for f in final_weight_files(run_dir)])
-        saved['step'] = st['step']
+        def save():
+            check_weights()
+            rngs = [None] * world
+            if world > 1: dist.all_gather_object(rngs, rng_state())
+            else: rngs = [rng_state()]
+            if main: atomic_save(dict(model=model.state_dict(), optimizer=opt.state_dict(), scheduler=sched.state_dict(),
+                                      state=dict(st), rng=rngs, **run_ids), ck_path)
+            replaced()
+            if main and resume and st['step'] != saved['step']:   # new final weights: the old ones' scores no longer hold
+                _remove(run_dir, [f.name for f in final_weight_files(run_dir)])
+            saved['step'] = st['step']
 
-    def out_of_time():
-        stop = (cfg.max_steps is not None and st['step'] >= cfg.max_steps) or \
-               (cfg.time_budget is not None and st['train_seconds'] >= cfg.time_budget)
-        sig = received[0] if received else 0   # SIGINT or SIGTERM arrived: stop after this step
-        if world > 1:  # all processes must agree
-            t = torch.tensor([float(stop), float(sig)], device=device); dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            stop, sig = bool(t[0].item()), int(t[1].item())
-        halt['signal'] = sig
-        return stop or sig > 0
+        def out_of_time():
+            stop = (cfg.max_steps is not None and st['step'] >= cfg.max_steps) or \
+                   (cfg.time_budget is not None and st['train_seconds'] >= cfg.time_budget)
+            sig = received[0] if received else 0   # SIGINT or SIGTERM arrived: stop after this step
+            if world > 1:  # all processes must agree
+                t = torch.tensor([float(stop), float(sig)], device=device); dist.all_reduce(t, op=dist.ReduceOp.MAX)
+                stop, sig = bool(t[0].item()), int(t[1].item())
+            halt['signal'] = sig
+            return stop or sig > 0
 
-    try:
-        net = model
-        if world > 1: net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == 'cuda' else None)
-        fwd = torch.compile(net, dynamic=True) if cfg.compile else net
-        with _signals_to(received):   # until the last checkpoint is written, a signal only stops the loop
-            stopped, n_micro = out_of_time(), 1
-            while st['epoch'] < cfg.epochs and not stopped:
-                batches = token_batches(lengths, cfg.max_tokens, cfg.seed, st['epoch'], rank=rank, world_size=world)
-                n_micro = len(batches) // cfg.accum_steps * cfg.accum_steps
-                if n_micro == 0: raise ValueError(f"max_tokens={cfg.max_tokens} × accum_steps={cfg.accum_steps} leaves no full step")
-                bar = None
-                if tqdm is not None and progress and main:
-                    bar = tqdm(total=n_micro // cfg.accum_steps, initial=st['batch'] // cfg.accum_steps, desc=f"epoch {st['epoch']+1}",
-                               leave=False, file=sys.stderr)
-                net.train(); t0 = t_last = time.time(); ntok, ntgt, lsum = 0, 0, 0.0
-                while st['batch'] < n_micro:
-                    group = batches[st['batch']:st['batch'] + cfg.accum_steps]
-                    data = [collate([train_ex[i] for i in b]) for b in group]
-                    lsum, n_tgt, step_tok = train_step(net, fwd, opt, sched, data, cfg, device, world, lsum)
-                    ntgt += n_tgt; ntok += step_tok
-                    st['batch'] += len(group); st['step'] += 1; st['tokens'] += step_tok * world
-                    now = time.time(); st['train_seconds'] += now - t_last; t_last = now
-                    if bar: bar.update(1)
-                    stopped = out_of_time()
-                    ck_now = cfg.checkpoint_every and st['step'] % cfg.checkpoint_every == 0
-                    if st['step'] % cfg.log_every == 0 or st['batch'] >= n_micro or stopped or ck_now:
-                        diverged('training loss', math.isfinite(float(lsum)))
-                    if st['step'] % cfg.log_every == 0 or st['batch'] >= n_micro or stopped:
-                        if device.type == 'cuda': torch.cuda.synchronize()
-                        dt = max(time.time() - t0, 1e-9)
+        try:
+            net = model
+            if world > 1: net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == 'cuda' else None)
+            fwd = torch.compile(net, dynamic=True) if cfg.compile else net
+            with _signals_to(received):   # until the last checkpoint is written, a signal only stops the loop
+                stopped, n_micro = out_of_time(), 1
+                while st['epoch'] < cfg.epochs and not stopped:
+                    batches = token_batches(lengths, cfg.max_tokens, cfg.seed, st['epoch'], rank=rank, world_size=world)
+                    n_micro = len(batches) // cfg.accum_steps * cfg.accum_steps
+                    if n_micro == 0: raise ValueError(f"max_tokens={cfg.max_tokens} × accum_steps={cfg.accum_steps} leaves no full step")
+                    bar = None
+                    if tqdm is not None and progress and main:
+                        bar = tqdm(total=n_micro // cfg.accum_steps, initial=st['batch'] // cfg.accum_steps, desc=f"epoch {st['epoch']+1}",
+                                   leave=False, file=sys.stderr)
+                    net.train(); t0 = t_last = time.time(); ntok, ntgt, lsum = 0, 0, 0.0
+                    while st['batch'] < n_micro:
+                        group = batches[st['batch']:st['batch'] + cfg.accum_steps]
+                        data = [collate([train_ex[i] for i in b]) for b in group]
+                        lsum, n_tgt, step_tok = train_step(net, fwd, opt, sched, data, cfg, device, world, lsum)
+                        ntgt += n_tgt; ntok += step_tok
+                        st['batch'] += len(group); st['step'] += 1; st['tokens'] += step_tok * world
+                        now = time.time(); st['train_seconds'] += now - t_last; t_last = now
+                        if bar: bar.update(1)
+                        stopped = out_of_time()
+                        ck_now = cfg.checkpoint_every and st['step'] % cfg.checkpoint_every == 0
+                        if st['step'] % cfg.log_every == 0 or st['batch'] >= n_micro or stopped or ck_now:
+                            diverged('training loss', math.isfinite(float(lsum)))
+                        if st['step'] % cfg.log_every == 0 or st['batch'] >= n_micro or stopped:
+                            if device.type == 'cuda': torch.cuda.synchronize()
+                            dt = max(time.time() - t0, 1e-9)
+                            if main:
+                                rec = dict(kind='train', epoch=st['epoch'] + st['batch'] / n_micro, step=st['step'],
+                                           loss=round(float(lsum) / max(ntgt, 1), 4), lr=float(f"{sched.get_last_lr()[0]:.4g}"), tokens_per_s=round(ntok * world / dt),
+                                           seconds=round(st['train_seconds'], 1))
+                                _log(metrics, rec)
+                                if bar: bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=rec['tokens_per_s'])
+                            t0, ntok, ntgt, lsum = time.time(), 0, 0, 0.0; t_last = max(t_last, t0)
+                        if ck_now: save()
+                        if stopped: break
+                    if bar: bar.close()
+                    if st['batch'] >= n_micro and not halt['signal']:   # (after a signal, the resumed run does the epoch's end)
+                        st['epoch'] += 1; st['batch'] = 0
                         if main:
-                            rec = dict(kind='train', epoch=st['epoch'] + st['batch'] / n_micro, step=st['step'],
-                                       loss=round(float(lsum) / max(ntgt, 1), 4), lr=float(f"{sched.get_last_lr()[0]:.4g}"), tokens_per_s=round(ntok * world / dt),
+                            rec = dict(kind='epoch', epoch=st['epoch'], step=st['step'], val_loss=round(eval_loss(model, val_ex, cfg, device), 4),
                                        seconds=round(st['train_seconds'], 1))
+                            if cfg.val_bleu:
+                                hyps = translate(model, tok, [s for s, _ in splits['val']], 1, max_len=cfg.max_len, batch_size=cfg.eval_batch)
+                                rec['val_bleu'] = score(hyps, [t for _, t in splits['val']])['bleu']
                             _log(metrics, rec)
-                            if bar: bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=rec['tokens_per_s'])
-                        t0, ntok, ntgt, lsum = time.time(), 0, 0, 0.0; t_last = max(t_last, t0)
-                    if ck_now: save()
-                    if stopped: break
-                if bar: bar.close()
-                if st['batch'] >= n_micro and not halt['signal']:   # (after a signal, the resumed run does the epoch's end)
-                    st['epoch'] += 1; st['batch'] = 0
-                    if main:
-                        rec = dict(kind='epoch', epoch=st['epoch'], step=st['step'], val_loss=round(eval_loss(model, val_ex, cfg, device), 4),
-                                   seconds=round(st['train_seconds'], 1))
-                        if cfg.val_bleu:
-                            hyps = translate(model, tok, [s for s, _ in splits['val']], 1, max_len=cfg.max_len, batch_size=cfg.eval_batch)
-                            rec['val_bleu'] = score(hyps, [t for _, t in splits['val']])['bleu']
-                        _log(metrics, rec)
-                    if world > 1: dist.barrier()
-                    if cfg.keep_epochs and (st['epoch'] > cfg.epochs - cfg.keep_epochs or may_stop_early(cfg)):
-                        check_weights()
-                        if main: keep_epoch_weights(model, run_dir, st['epoch'], cfg.keep_epochs, **run_ids); replaced()
-                    if cfg.epoch_checkpoints and st['epoch'] % cfg.epoch_checkpoints == 0 and st['epoch'] < cfg.epochs: save()
-                    stopped = out_of_time()
-            save()
-    except BaseException:   # a new run that stopped before it kept anything leaves nothing behind
-        if aside is not None: restore_aside(run_dir, aside)   # and no weights: the run it was to replace, as it was
-        elif main and not resume and saved['step'] is None: _undo_new_run(run_dir, made)
-        raise
-    net = fwd = None   # the DDP wrapper goes before its process group: freed after it, at exit, gloo's teardown
-    if world > 1: gc.collect()   # can wait for the interpreter lock forever (seen once in a two-process test)
-    if halt['signal']:
-        if world > 1: dist.destroy_process_group()
-        raise TrainingInterrupted(halt['signal'], st['step'], st['epoch'] + 1, ck_path)
-    summary = dict(config=asdict(cfg), world_size=world, hardware=hardware(device), steps=st['step'],
-                   epochs=round(st['epoch'] + st['batch'] / max(n_micro, 1), 3),
-                   train_seconds=round(st['train_seconds'], 1),
-                   tokens_per_s=round(st['tokens'] / max(st['train_seconds'], 1e-9)),
-                   parameters=sum(p.numel() for p in model.parameters()))
-    if main and cfg.final_eval:
-        if device.type == 'cuda': torch.cuda.empty_cache()   # training's cached blocks back to the GPU: runs sharing it
-        summary['results'] = evaluate(model, tok, cfg, run_dir, {s: splits[s] for s in ('val', 'test_2016_flickr')},
-                                      progress=progress)
-        atomic_write(run_dir/'results.json', json.dumps(summary, indent=1, ensure_ascii=False), mode=RUN_FILE_MODE)
-    if world > 1: dist.barrier(); dist.destroy_process_group()
-    return summary
+                        if world > 1: dist.barrier()
+                        if cfg.keep_epochs and (st['epoch'] > cfg.epochs - cfg.keep_epochs or may_stop_early(cfg)):
+                            check_weights()
+                            if main: keep_epoch_weights(model, run_dir, st['epoch'], cfg.keep_epochs, **run_ids); replaced()
+                        if cfg.epoch_checkpoints and st['epoch'] % cfg.epoch_checkpoints == 0 and st['epoch'] < cfg.epochs: save()
+                        stopped = out_of_time()
+                save()
+        except BaseException:   # a new run that stopped before it kept anything leaves nothing behind
+            if aside is not None: restore_aside(run_dir, aside)   # and no weights: the run it was to replace, as it was
+            elif main and not resume and saved['step'] is None: _undo_new_run(run_dir, made)
+            raise
+        net = fwd = None   # the DDP wrapper goes before its process group: freed after it, at exit, gloo's teardown
+        if world > 1: gc.collect()   # can wait for the interpreter lock forever (seen once in a two-process test)
+        if halt['signal']:
+            if world > 1: dist.destroy_process_group()
+            raise TrainingInterrupted(halt['signal'], st['step'], st['epoch'] + 1, ck_path)
+        summary = dict(config=asdict(cfg), world_size=world, hardware=hardware(device), steps=st['step'],
+                       epochs=round(st['epoch'] + st['batch'] / max(n_micro, 1), 3),
+                       train_seconds=round(st['train_seconds'], 1),
+                       tokens_per_s=round(st['tokens'] / max(st['train_seconds'], 1e-9)),
+                       parameters=sum(p.numel() for p in model.parameters()))
+        if main and cfg.final_eval:
+            if device.type == 'cuda': torch.cuda.empty_cache()   # training's cached blocks back to the GPU: runs sharing it
+            summary['results'] = evaluate(model, tok, cfg, run_dir, {s: splits[s] for s in ('val', 'test_2016_flickr')},
+                                          progress=progress)
+            atomic_write(run_dir/'results.json', json.dumps(summary, indent=1, ensure_ascii=False), mode=RUN_FILE_MODE)
+        if world > 1: dist.barrier(); dist.destroy_process_group()
+        return summary
+    finally:
+        if held is not None: os.close(held)   # the lock on run_dir
