@@ -191,12 +191,15 @@ def check_no_detour(
 ):
     "Raise a one-line ValueError if `path` steps into a folder that does not exist and back out of it with '..'"
     p = Path(path); here, missing = Path(p.anchor) if p.anchor else Path('.'), None
-    for part in p.parts[1:] if p.anchor else p.parts:   # ('missing/../old' names nothing until `missing` is made,
+    parts = p.parts[1:] if p.anchor else p.parts
+    for k, part in enumerate(parts):                    # ('missing/../old' names nothing until `missing` is made,
         if part == '..' and missing is not None:        #  and then it names 'old': a folder no check had seen)
             raise ValueError(f"{what} goes into {missing}, which does not exist, and out again with '..': "
                              "name the folder without that detour")
         here = here / part
-        if missing is None and not os.path.lexists(here): missing = here
+        if missing is None and not os.path.exists(here): missing = here   # (a link to nothing, too)
+        elif missing is None and k < len(parts) - 1 and not os.path.isdir(here):
+            raise ValueError(f"{what}: {here} is a file, not a folder")
 
 def refuse_overwrite(
     ap:argparse.ArgumentParser, # the command's parser, for the one-line error
@@ -207,12 +210,12 @@ def refuse_overwrite(
     "Stop with a usage error if folder `out` holds any of `names` and `overwrite` is not set"
     if not str(out).strip():                    # '' would be the current folder
         ap.error("argument --out: expected a folder name, got an empty one")
-    try: check_no_detour(out, f"argument --out: {out}")
-    except ValueError as e: ap.error(str(e))
     for p in (Path(out), *Path(out).parents):   # the folder, or the nearest of its parents that exists
         if p.exists():
             if not p.is_dir(): ap.error(f"argument --out: {p} is a file; --out names a folder for the results")
             break
+    try: check_no_detour(out, f"argument --out: {out}")
+    except ValueError as e: ap.error(str(e))
     for n in names:                             # what `atomic_write` would refuse, refused before the run
         if (why := _write_refusal(Path(out) / n)) is not None:
             ap.error(f"argument --out: {why}: remove the link or make the file writable, or choose another --out")

@@ -5,11 +5,29 @@ Usage: python tools/run_tests.py [--flags "slow gpu"] [--n-workers N] [PATH ...]
 PATH is a notebook or a folder (default: the project's `nbs/`). Cells whose flag is in
 `tst_flags` (pyproject.toml) are skipped unless named in --flags, exactly as with `nbdev-test`.
 """
-import argparse, os, sys
+import argparse, os, sys, types
 from pathlib import Path
 from nbdev.config import get_config
 from nbdev.doclinks import nbglob
+
+# Each notebook is run by nbdev's own `test_nb`, and then torch.compile's caches are cleared while the notebook's
+# objects still exist. Left to the interpreter's exit (after IPython's exit handler has emptied the notebooks'
+# namespaces), their weak-reference callbacks find entries already gone and print "Exception ignored ... KeyError:
+# '__builtins_dict___N'" tracebacks after a run whose notebooks all passed. The function lives in a module made
+# from this source in every process (the workers' `__main__` is replaced by the notebooks' shells, so a function
+# of this script could not be found there).
+_WORKER_SOURCE = """
+import sys
 from nbdev.test import test_nb
+
+def test_notebook(*args, **kwargs):
+    "nbdev's test_nb(*args, **kwargs), then torch.compile's caches cleared"
+    try: return test_nb(*args, **kwargs)
+    finally:
+        if 'torch._dynamo' in sys.modules: sys.modules['torch']._dynamo.reset()
+"""
+_INSTALL = (f"import sys, types; m = types.ModuleType('rope_lit_test_worker'); exec({_WORKER_SOURCE!r}, m.__dict__); "
+            "sys.modules[m.__name__] = m")
 
 def _notebooks(paths, cfg):
     files = []
@@ -45,15 +63,17 @@ def main():
         name = f.relative_to(cfg.config_path) if f.is_relative_to(cfg.config_path) else f
         print(f"{'PASS' if ok else 'FAIL'}  {name}  ({secs:.0f} s)", flush=True)
         passed, failed = passed + ok, failed + (not ok)
+    exec(_INSTALL); test_notebook = sys.modules['rope_lit_test_worker'].test_notebook
     kw = dict(skip_flags=skip, force_flags=force, basepath=cfg.config_path, cell_timeout=args.cell_timeout)
     print(f"run_tests: {len(files)} notebooks, {max(n_workers, 1)} at a time", flush=True)
     if n_workers == 0:
-        for f in files: report(f, *test_nb(f, **kw))
+        for f in files: report(f, *test_notebook(f, **kw))
     else:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
-        with ProcessPoolExecutor(n_workers, mp_context=multiprocessing.get_context('spawn')) as pool:
-            futures = {pool.submit(test_nb, f, **kw): f for f in files}
+        with ProcessPoolExecutor(n_workers, mp_context=multiprocessing.get_context('spawn'),
+                                 initializer=exec, initargs=(_INSTALL,)) as pool:
+            futures = {pool.submit(test_notebook, f, **kw): f for f in files}
             for fut in as_completed(futures): report(futures[fut], *fut.result())
     flags = f" (flags: {args.flags})" if args.flags else ''
     print(f"notebooks: {passed} passed, {failed} failed{flags}")

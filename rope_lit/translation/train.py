@@ -36,8 +36,8 @@ __all__ = ['PRESETS', 'RUN_FILE_MODE', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', '
            'translate', 'score', 'train_step', 'tune_cpu_malloc', 'check_device', 'read_checkpoint', 'read_tokenizer',
            'read_config', 'hardware', 'eval_loss', 'first_detail', 'check_same_run', 'tokenizer_digest', 'data_digest',
            'load_model', 'example_attention', 'evaluate', 'run_files', 'final_weight_files', 'check_no_aside',
-           'set_aside', 'restore_aside', 'RunDirInUse', 'RunDirBusy', 'hold_run_dir', 'check_run_dir', 'check_config',
-           'check_settings', 'NonFiniteLoss', 'TrainingInterrupted', 'train']
+           'set_aside', 'restore_aside', 'RunDirInUse', 'RunDirBusy', 'hold_run_dir', 'same_folder', 'check_run_dir',
+           'check_config', 'check_settings', 'NonFiniteLoss', 'TrainingInterrupted', 'train']
 
 # %% ../../nbs/12_mt_train.ipynb #eea537c6
 @dataclass
@@ -628,14 +628,28 @@ def hold_run_dir(run_dir:Path)->int|None:
     while True:
         run_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
         if fcntl is None: return None                       # (Windows)
-        fd = os.open(run_dir, os.O_RDONLY | getattr(os, 'O_DIRECTORY', 0))
+        try: fd = os.open(run_dir, os.O_RDONLY | getattr(os, 'O_DIRECTORY', 0))
+        except FileNotFoundError: continue                   # removed since it was made: make it again
         try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError: os.close(fd); raise RunDirBusy(run_dir) from None
         except OSError: os.close(fd); return None           # a file system without locks
-        held, now = os.fstat(fd), None
-        with contextlib.suppress(FileNotFoundError): now = os.stat(run_dir)
-        if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino): return fd
+        if same_folder(fd, run_dir): return fd
         os.close(fd)   # removed (perhaps made again) since it was opened: lock the folder there now
+
+def same_folder(fd:int, path:Path)->bool:
+    "Whether `path` still names the folder open as `fd`"
+    try: now = os.stat(path)
+    except FileNotFoundError: return False
+    return (now.st_dev, now.st_ino) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
+
+def _drop_replaced(run_dir:Path):
+    "Delete `run_dir/GOING`, a replaced run; what cannot be deleted stays, with a one-line warning"
+    going = run_dir/GOING
+    if not os.path.lexists(going): return
+    try: _remove(run_dir, [GOING])
+    except OSError as e:
+        print(f"rope_lit: could not delete all of the replaced run in {going} ({first_detail(e)}): delete it by hand",
+              file=sys.stderr, flush=True)
 
 # %% ../../nbs/12_mt_train.ipynb #0b38a804
 def check_run_dir(
@@ -645,6 +659,7 @@ def check_run_dir(
     "Raise a one-line error unless no one else can change `run_dir` (or its run's files) and none is a symbolic link"
     d = Path(run_dir)
     if not (d.exists() or d.is_symlink()): return check_private(d, f"run_dir {d}")   # its folders, before a run
+    if not d.is_dir() and not d.is_symlink(): raise ValueError(f"run_dir {d} is a file; run_dir names a folder")
     ck = d/'checkpoints'
     paths = [d] + ([d/n for n in run_files(d)] if files else [])
     if files and ck.is_dir() and not ck.is_symlink(): paths += sorted(ck.iterdir())
@@ -765,9 +780,8 @@ def train(
         raise ValueError("resume and overwrite exclude each other: resume continues the run in run_dir, overwrite "
                          "replaces it")
     check_run_dir(run_dir, files=not overwrite)   # overwrite moves the run's files aside (links too), unread
-    if os.path.lexists(run_dir/ASIDE):            # an overwrite under way (refused as busy), or one killed half-way
-        if (fd := hold_run_dir(run_dir)) is not None: os.close(fd)
-        check_no_aside(run_dir)
+    if run_dir.is_dir() and (fd := hold_run_dir(run_dir)) is not None: os.close(fd)   # busy: refused, whatever else
+    check_no_aside(run_dir)                       # an earlier overwrite killed half-way: its run is in there
     if resume:
         if not ck_path.is_file():
             why = " (the run stopped before its first checkpoint: start it again with --overwrite, overwrite=True)" if (run_dir/'config.json').is_file() else ""
@@ -800,8 +814,11 @@ def train(
             held = hold_run_dir(run_dir)
             check_no_aside(run_dir)                   # an earlier overwrite killed half-way: its run is in there
             if not (resume or overwrite) and (names := run_files(run_dir)): raise RunDirInUse(run_dir, names)
-            _remove(run_dir, [n for n in (GOING,) if os.path.lexists(run_dir/n)])   # a replaced run, half deleted
+            _drop_replaced(run_dir)                   # a replaced run whose deletion was cut short
         except FileExistsError as e: refused = e      # (a run another process started in the meantime)
+        except BaseException:
+            if held is not None: os.close(held)
+            raise
     if world > 1:               # every process stops on a refused setting, not only the first
         flag = torch.tensor([float(refused is not None)], device=device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
@@ -809,9 +826,6 @@ def train(
     if refused is not None:
         if held is not None: os.close(held)
         raise refused
-    if cfg.threads: torch.set_num_threads(cfg.threads)   # the process's settings change only for a run that starts
-    if device.type == 'cpu': tune_cpu_malloc()
-    if device.type == 'cuda': torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     try:
         # only once the new run can start (its data loaded, its device set): the old run moves aside, so that another
         # run's tokenizer or metrics cannot leak into this one, and comes back if this one fails before it saved weights
@@ -837,6 +851,7 @@ def train(
             if cfg.cpu_speed and device.type == 'cpu': speed_up(model)   # the same model, faster on a CPU
             opt, sched = make_optimizer(model, cfg)
         except BaseException:
+            if held is not None and not same_folder(held, run_dir): raise   # (another folder now: none of it touched)
             if aside is not None: restore_aside(run_dir, aside)   # e.g. out of memory: the old run as it was
             elif main and not resume: _undo_new_run(run_dir, made)   # a new run that never started leaves nothing
             raise
@@ -864,8 +879,16 @@ def train(
             if main: drop_stale_epoch_weights(run_dir, cfg, st['epoch'])
             if log is not None: atomic_write(run_dir/'metrics.jsonl', log, mode=RUN_FILE_MODE)   # one record per step and kind
             if main: print(f"resuming from step {st['step']} (epoch {st['epoch'] + 1})", file=sys.stderr, flush=True)
+        if cfg.threads: torch.set_num_threads(cfg.threads)   # the process's settings change only for a run that trains
+        if device.type == 'cpu': tune_cpu_malloc()
+        if device.type == 'cuda': torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         metrics = run_dir/'metrics.jsonl'
         saved, received, halt = dict(step=st['step'] if resume else None), [], dict(signal=0)
+
+        def still_held():   # writes go by name: refuse them once run_dir is no longer the folder this run locked
+            if held is not None and not same_folder(held, run_dir):
+                raise FileNotFoundError(f"run_dir {run_dir} was removed or replaced while the run trained: its "
+                                        "weights and log are not written into another folder")
 
         def diverged(what:str, finite:bool):   # a NaN/inf anywhere stops every process before anything is written
             bad = torch.tensor([float(not finite)], device=device)
@@ -887,7 +910,7 @@ def train(
             nonlocal aside
             if aside is not None:
                 old, aside = aside, None
-                os.replace(old, run_dir/GOING); shutil.rmtree(run_dir/GOING)   # (a later run ends what a kill cut short)
+                os.replace(old, run_dir/GOING); _drop_replaced(run_dir)   # (a later run ends what a kill cut short)
 
         def check_weights():
             diverged('weights', bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all()))  # one read
@@ -897,6 +920,7 @@ def train(
             rngs = [None] * world
             if world > 1: dist.all_gather_object(rngs, rng_state())
             else: rngs = [rng_state()]
+            still_held()
             if main: atomic_save(dict(model=model.state_dict(), optimizer=opt.state_dict(), scheduler=sched.state_dict(),
                                       state=dict(st), rng=rngs, **run_ids), ck_path)
             replaced()
@@ -948,7 +972,7 @@ def train(
                                 rec = dict(kind='train', epoch=st['epoch'] + st['batch'] / n_micro, step=st['step'],
                                            loss=round(float(lsum) / max(ntgt, 1), 4), lr=float(f"{sched.get_last_lr()[0]:.4g}"), tokens_per_s=round(ntok * world / dt),
                                            seconds=round(st['train_seconds'], 1))
-                                _log(metrics, rec)
+                                still_held(); _log(metrics, rec)
                                 if bar: bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=rec['tokens_per_s'])
                             t0, ntok, ntgt, lsum = time.time(), 0, 0, 0.0; t_last = max(t_last, t0)
                         if ck_now: save()
@@ -962,15 +986,16 @@ def train(
                             if cfg.val_bleu:
                                 hyps = translate(model, tok, [s for s, _ in splits['val']], 1, max_len=cfg.max_len, batch_size=cfg.eval_batch)
                                 rec['val_bleu'] = score(hyps, [t for _, t in splits['val']])['bleu']
-                            _log(metrics, rec)
+                            still_held(); _log(metrics, rec)
                         if world > 1: dist.barrier()
                         if cfg.keep_epochs and (st['epoch'] > cfg.epochs - cfg.keep_epochs or may_stop_early(cfg)):
                             check_weights()
-                            if main: keep_epoch_weights(model, run_dir, st['epoch'], cfg.keep_epochs, **run_ids); replaced()
+                            if main: still_held(); keep_epoch_weights(model, run_dir, st['epoch'], cfg.keep_epochs, **run_ids); replaced()
                         if cfg.epoch_checkpoints and st['epoch'] % cfg.epoch_checkpoints == 0 and st['epoch'] < cfg.epochs: save()
                         stopped = out_of_time()
                 save()
         except BaseException:   # a new run that stopped before it kept anything leaves nothing behind
+            if held is not None and not same_folder(held, run_dir): raise   # (another folder now: none of it touched)
             if aside is not None: restore_aside(run_dir, aside)   # and no weights: the run it was to replace, as it was
             elif main and not resume and saved['step'] is None: _undo_new_run(run_dir, made)
             raise
@@ -985,6 +1010,7 @@ def train(
                        tokens_per_s=round(st['tokens'] / max(st['train_seconds'], 1e-9)),
                        parameters=sum(p.numel() for p in model.parameters()))
         if main and cfg.final_eval:
+            still_held()
             if device.type == 'cuda': torch.cuda.empty_cache()   # training's cached blocks back to the GPU: runs sharing it
             summary['results'] = evaluate(model, tok, cfg, run_dir, {s: splits[s] for s in ('val', 'test_2016_flickr')},
                                           progress=progress)
