@@ -780,7 +780,8 @@ def train(
         raise ValueError("resume and overwrite exclude each other: resume continues the run in run_dir, overwrite "
                          "replaces it")
     check_run_dir(run_dir, files=not overwrite)   # overwrite moves the run's files aside (links too), unread
-    if run_dir.is_dir() and (fd := hold_run_dir(run_dir)) is not None: os.close(fd)   # busy: refused, whatever else
+    if rank == 0 and run_dir.is_dir() and (fd := hold_run_dir(run_dir)) is not None: os.close(fd)   # busy: refused,
+                                                  # whatever else (by the first process: the others never lock)
     check_no_aside(run_dir)                       # an earlier overwrite killed half-way: its run is in there
     if resume:
         if not ck_path.is_file():
