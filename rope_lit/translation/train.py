@@ -642,11 +642,11 @@ def same_folder(fd:int, path:Path)->bool:
     except FileNotFoundError: return False
     return (now.st_dev, now.st_ino) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
 
-def _drop_replaced(run_dir:Path):
-    "Delete `run_dir/GOING`, a replaced run; what cannot be deleted stays, with a one-line warning"
-    going = run_dir/GOING
+def _drop_replaced(run_dir:Path, name:str=GOING):
+    "Delete `run_dir/name`, a replaced run; what cannot be deleted stays, with a one-line warning"
+    going = run_dir/name
     if not os.path.lexists(going): return
-    try: _remove(run_dir, [GOING])
+    try: _remove(run_dir, [name])
     except OSError as e:
         print(f"rope_lit: could not delete all of the replaced run in {going} ({first_detail(e)}): delete it by hand",
               file=sys.stderr, flush=True)
@@ -910,8 +910,9 @@ def train(
         def replaced():   # the new run has saved weights: the run it replaces goes (set aside first, so never both)
             nonlocal aside
             if aside is not None:
-                old, aside = aside, None
-                os.replace(old, run_dir/GOING); _drop_replaced(run_dir)   # (a later run ends what a kill cut short)
+                old, aside = aside, None   # renamed first, so that a kill part-way cannot look like a run to restore
+                with contextlib.suppress(OSError): os.replace(old, run_dir/GOING)   # (a leftover there: in place)
+                _drop_replaced(run_dir, ASIDE if os.path.lexists(old) else GOING)
 
         def check_weights():
             diverged('weights', bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all()))  # one read
