@@ -5,7 +5,7 @@ Usage: python tools/run_tests.py [--flags "slow gpu"] [--n-workers N] [PATH ...]
 PATH is a notebook or a folder (default: the project's `nbs/`). Cells whose flag is in
 `tst_flags` (pyproject.toml) are skipped unless named in --flags, exactly as with `nbdev-test`.
 """
-import argparse, os, sys, types
+import argparse, os, sys
 from pathlib import Path
 from nbdev.config import get_config
 from nbdev.doclinks import nbglob
