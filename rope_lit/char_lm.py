@@ -16,7 +16,7 @@ from .attention import RotaryMultiHeadAttention, alibi_bias
 from .rope import RotaryEmbedding
 from .scaling import yarn_attention_factor
 from .frequencies import rope_frequencies
-from .cli_args import atomic_write, load_checkpoint, check_private
+from .cli_args import atomic_write, load_checkpoint, check_private, FolderBusy, own_folder, same_folder
 from .cpp_build import cpu_info
 
 # %% auto #0
@@ -24,7 +24,8 @@ __all__ = ['REPO_ROOT', 'TINY_SHAKESPEARE_URL', 'TINY_SHAKESPEARE_SHA256', 'TINY
            'SETTINGS', 'LOG_KEYS', 'tiny_shakespeare_download_path', 'tiny_shakespeare_path',
            'download_tiny_shakespeare', 'load_text', 'generated_text', 'CharVocab', 'split_text',
            'sinusoidal_positions', 'Block', 'CharLM', 'set_rotary_frequencies', 'variant_frequencies', 'train_lm',
-           'eval_loss', 'run_experiment', 'seed_stats', 'results_table', 'plot_results', 'provenance', 'save_results']
+           'eval_loss', 'CheckpointDirBusy', 'run_experiment', 'seed_stats', 'results_table', 'plot_results',
+           'provenance', 'save_results']
 
 # %% ../nbs/14_char_lm.ipynb #8e6ee676
 REPO_ROOT = Path(rope_lit.__file__).resolve().parent.parent
@@ -333,7 +334,7 @@ def _model_config(cfg, vocab_size, position):
 # %% ../nbs/14_char_lm.ipynb #f0a41855
 LOG_KEYS = {'train_seconds', 'final_train_loss', 'parameters'}   # a saved model's training log
 
-def _trained_model(cfg, position, seed, vocab_size, train_ids, checkpoint_dir, progress, saved_only=False):
+def _trained_model(cfg, position, seed, vocab_size, train_ids, checkpoint_dir, progress, saved_only=False, held=None):
     "Train (or load from `checkpoint_dir` when an identical run was saved) one model; return it and its log"
     model_cfg = _model_config(cfg, vocab_size, position)
     train_cfg = dict(context=cfg['context'], steps=cfg['steps'], batch_size=cfg['batch_size'], lr=cfg['lr'], seed=seed)
@@ -371,6 +372,9 @@ def _trained_model(cfg, position, seed, vocab_size, train_ids, checkpoint_dir, p
     log = dict(train_seconds=round(time.time() - start, 1), final_train_loss=round(sum(losses[-20:]) / len(losses[-20:]), 4),
                parameters=sum(p.numel() for p in model.parameters()))
     if path is not None:
+        if held is not None and not same_folder(held, path.parent):   # its lock is on another folder now
+            raise FileNotFoundError(f"checkpoint_dir {path.parent} was removed or replaced while this run trained: "
+                                    f"the {position} model (seed {seed}) is not saved into another folder")
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, write=lambda tmp: torch.save(dict(model_cfg=model_cfg, train_cfg=train_cfg, data=data_key,
                                                               state=model.state_dict(), log=log), tmp))
@@ -398,6 +402,10 @@ def _experiment_config(size, schemes, variants, data, overrides):
     return cfg, text
 
 # %% ../nbs/14_char_lm.ipynb #cf0b9ed1
+class CheckpointDirBusy(FolderBusy):
+    "Another process is training with `checkpoint_dir` (it holds the folder's lock: `own_folder`)"
+    what = 'checkpoint_dir'
+
 def run_experiment(
     size:str='tiny',              # a key of `SETTINGS`
     *,
@@ -433,26 +441,27 @@ def run_experiment(
                          f"eval_tokens, got {usable}: {why}")
     for scheme in schemes:   # every model's shape checked (built on 'meta': no memory) before any trains
         with torch.device('meta'): CharLM(**_model_config(cfg, len(vocab), scheme))
-    # every saved model loaded (and checked) before any model trains or any file is written
-    saved = {(seed, scheme): _trained_model(cfg, scheme, seed, len(vocab), train_ids, checkpoint_dir, False,
-                                            saved_only=True)
-             for seed in seeds for scheme in schemes} if checkpoint_dir is not None else {}
-    rows, train_log = [], []
-    for seed in seeds:
-        for scheme in schemes:
-            model, log = saved.get((seed, scheme)) or _trained_model(
-                cfg, scheme, seed, len(vocab), train_ids, checkpoint_dir, progress)
-            train_log.append(dict(scheme=scheme, seed=seed, **log))
-            head_dim = cfg['d_model'] // cfg['n_heads']
-            for variant in (variants if scheme == 'rope' else ('none',)):
-                for L in cfg['contexts']:
-                    if scheme == 'rope':
-                        inv_freq, factor = variant_frequencies(
-                            variant, head_dim, model.base, cfg['context'], L, max(cfg['contexts']))
-                        set_rotary_frequencies(model, inv_freq, L, factor)
-                    loss = eval_loss(model, val_ids, L, cfg['eval_tokens'])
-                    rows.append(dict(scheme=scheme, variant=variant, seed=seed, context=L,
-                                     loss=round(loss, 4), ppl=round(math.exp(loss), 3)))
+    with own_folder(checkpoint_dir, CheckpointDirBusy) as held:   # no other run saves models there meanwhile
+        # every saved model loaded (and checked) before any model trains or any file is written
+        saved = {(seed, scheme): _trained_model(cfg, scheme, seed, len(vocab), train_ids, checkpoint_dir, False,
+                                                saved_only=True)
+                 for seed in seeds for scheme in schemes} if checkpoint_dir is not None else {}
+        rows, train_log = [], []
+        for seed in seeds:
+            for scheme in schemes:
+                model, log = saved.get((seed, scheme)) or _trained_model(
+                    cfg, scheme, seed, len(vocab), train_ids, checkpoint_dir, progress, held=held)
+                train_log.append(dict(scheme=scheme, seed=seed, **log))
+                head_dim = cfg['d_model'] // cfg['n_heads']
+                for variant in (variants if scheme == 'rope' else ('none',)):
+                    for L in cfg['contexts']:
+                        if scheme == 'rope':
+                            inv_freq, factor = variant_frequencies(
+                                variant, head_dim, model.base, cfg['context'], L, max(cfg['contexts']))
+                            set_rotary_frequencies(model, inv_freq, L, factor)
+                        loss = eval_loss(model, val_ids, L, cfg['eval_tokens'])
+                        rows.append(dict(scheme=scheme, variant=variant, seed=seed, context=L,
+                                         loss=round(loss, 4), ppl=round(math.exp(loss), 3)))
     return dict(config=cfg, train=train_log, rows=rows)
 
 # %% ../nbs/14_char_lm.ipynb #d8013565

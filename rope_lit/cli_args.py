@@ -6,10 +6,11 @@ Docs: https://rope-lit.github.io/rope_lit/cli_args.html.md"""
 
 # %% auto #0
 __all__ = ['Parser', 'memory_error', 'number', 'number_list', 'options_table', 'require', 'atomic_write', 'check_no_detour',
-           'refuse_overwrite', 'fetch_verified', 'load_checkpoint', 'unsafe_parent', 'check_private']
+           'refuse_overwrite', 'fetch_verified', 'load_checkpoint', 'unsafe_parent', 'check_private', 'FolderBusy',
+           'hold_folder', 'same_folder', 'first_missing', 'remove_made', 'own_folder']
 
 # %% ../nbs/15_cli_args.ipynb #4a75b36f
-import argparse, math, os, re, secrets, stat
+import argparse, contextlib, math, os, re, secrets, stat
 from pathlib import Path
 
 # %% ../nbs/15_cli_args.ipynb #febef17f
@@ -319,3 +320,71 @@ def check_private(
     if (folder := unsafe_parent(path)) is not None:
         raise ValueError(f"{what} is inside {folder}, which other users may write (or own) and so could put "
                          "another file in its place: move it into a folder of your own")
+
+# %% ../nbs/15_cli_args.ipynb #de83e04d
+try: import fcntl                    # folder locks (POSIX)
+except ImportError: fcntl = None     # (Windows: folders are not locked)
+
+class FolderBusy(FileExistsError):
+    "Another process holds the lock of the folder: it is writing a run there"
+    what = 'folder'   # how the message names it (subclasses: 'run_dir', 'checkpoint_dir')
+    def __init__(self, path):
+        self.path = Path(path)
+        super().__init__(f"{self.what} {path} is in use: another process is training in it; wait for it to end, "
+                         "or use another folder")
+
+def hold_folder(
+    path:Path,             # the folder; made (with the folders above it) if missing
+    busy:type=FolderBusy,  # what to raise when another process holds it
+)->int|None:               # the folder, open and locked until `os.close`; None where folders cannot be locked
+    "Make `path` if missing and lock it (`flock`) for this process, or raise `busy(path)`"
+    path = Path(path)
+    while True:
+        path.mkdir(mode=0o755, parents=True, exist_ok=True)
+        if fcntl is None: return None
+        try: fd = os.open(path, os.O_RDONLY | getattr(os, 'O_DIRECTORY', 0))
+        except FileNotFoundError: continue                   # removed since it was made: make it again
+        try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError: os.close(fd); raise busy(path) from None
+        except OSError: os.close(fd); return None           # a file system without locks
+        if same_folder(fd, path): return fd
+        os.close(fd)   # removed (perhaps made again) since it was opened: lock the folder there now
+
+def same_folder(fd:int, path)->bool:
+    "Whether `path` still names the folder open as `fd`"
+    try: now = os.stat(path)
+    except FileNotFoundError: return False
+    return (now.st_dev, now.st_ino) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
+
+def first_missing(path)->Path|None:
+    "The outermost folder of `path` (itself included) that does not exist: the first `mkdir(parents=True)` makes"
+    top = None
+    for p in (Path(path), *Path(path).parents):
+        if p.exists() or p.is_symlink(): break
+        top = p
+    return top
+
+def remove_made(
+    path,              # a folder a failed run wrote in
+    made:Path|None,    # `first_missing(path)`, taken before the run made it; None: it made none
+):
+    "Remove `path` and the folders above it up to `made`, each only if empty: what a run that kept nothing made"
+    if made is None: return
+    for folder in (Path(path), *Path(path).parents):
+        with contextlib.suppress(OSError): folder.rmdir()   # (not empty: it stays, and so do those above it)
+        if folder == made: break
+
+@contextlib.contextmanager
+def own_folder(
+    path,                  # the folder (made if missing); None: nothing is held
+    busy:type=FolderBusy,  # what to raise when another process holds it
+):
+    "Hold `path` for a `with` block (yielding `hold_folder`'s result); if the block fails, `remove_made` what it made"
+    if path is None: yield None; return
+    made, held = first_missing(path), hold_folder(path, busy)
+    try: yield held
+    except BaseException:
+        if held is None or same_folder(held, path): remove_made(path, made)   # (not a folder made since by another)
+        raise
+    finally:
+        if held is not None: os.close(held)

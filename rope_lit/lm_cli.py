@@ -149,7 +149,8 @@ def _parser():
     ap.add_argument(
         '--checkpoint-dir',
         default=None,
-        help='save trained models here; reuse one whose settings match, refuse one of other settings',
+        help='save trained models here (one run at a time); reuse one whose settings match, refuse one of '
+             'other settings',
     )
     ap.add_argument(
         '--threads', type=number(int, 1, 1 << 10), default=1, help='torch CPU threads (default 1)'
@@ -200,6 +201,7 @@ def main(argv=None):
     }
     if 'contexts' in overrides and 'hexu_max_len' not in overrides:
         overrides['hexu_max_len'] = max(overrides['contexts'])
+    threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
     try:
         results = run_experiment(
@@ -212,14 +214,15 @@ def main(argv=None):
             progress=not args.no_progress,
             **overrides,
         )
-    except (ValueError, FileNotFoundError) as e:
-        sys.exit(f"rope-lit-lm: error: {e}")
-    except (RuntimeError, MemoryError) as e:
-        if (line := memory_error(e)) is None: raise
-        sys.exit(f"rope-lit-lm: error: {line} (see --d-model, --batch-size, --context); "
-                 f"nothing was written to {args.out}")
-    except KeyboardInterrupt:
-        sys.exit(f"rope-lit-lm: interrupted: nothing was written to {args.out}")
+    except BaseException as e:
+        torch.set_num_threads(threads)   # a run that fails leaves the caller's thread count as it was
+        if isinstance(e, (ValueError, FileNotFoundError, FileExistsError)):   # (FileExistsError: a folder in use)
+            sys.exit(f"rope-lit-lm: error: {e}")
+        if isinstance(e, (RuntimeError, MemoryError)) and (line := memory_error(e)) is not None:
+            sys.exit(f"rope-lit-lm: error: {line} (see --d-model, --batch-size, --context); "
+                     f"nothing was written to {args.out}")
+        if isinstance(e, KeyboardInterrupt): sys.exit(f"rope-lit-lm: interrupted: nothing was written to {args.out}")
+        raise
     results['provenance'] = provenance(argv)
     out = save_results(results, args.out)
     print(results_table(results))

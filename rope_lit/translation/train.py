@@ -7,14 +7,13 @@ Docs: https://rope-lit.github.io/rope_lit/mt_train.html.md"""
 # %% ../../nbs/12_mt_train.ipynb #1e4ddece
 from __future__ import annotations
 import contextlib, dataclasses, gc, hashlib, json, math, os, platform, random, re, shutil, signal, sys, tempfile, threading, time
-try: import fcntl                 # folder locks (POSIX)
-except ImportError: fcntl = None
 from dataclasses import dataclass, asdict
 from pathlib import Path
 import torch, torch.nn.functional as F
 import torch.distributed as dist
 from torch import Tensor
-from ..cli_args import atomic_write, load_checkpoint, check_private
+from ..cli_args import (atomic_write, load_checkpoint, check_private, FolderBusy, hold_folder, same_folder,
+                               first_missing, remove_made)
 try:
     from tokenizers import Tokenizer
     from sacrebleu.metrics import BLEU, CHRF
@@ -36,8 +35,8 @@ __all__ = ['PRESETS', 'RUN_FILE_MODE', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', '
            'translate', 'score', 'train_step', 'tune_cpu_malloc', 'check_device', 'read_checkpoint', 'read_tokenizer',
            'read_config', 'hardware', 'eval_loss', 'first_detail', 'check_same_run', 'tokenizer_digest', 'data_digest',
            'load_model', 'example_attention', 'evaluate', 'run_files', 'final_weight_files', 'check_no_aside',
-           'set_aside', 'restore_aside', 'RunDirInUse', 'RunDirBusy', 'hold_run_dir', 'same_folder', 'check_run_dir',
-           'check_config', 'check_settings', 'NonFiniteLoss', 'TrainingInterrupted', 'train']
+           'set_aside', 'restore_aside', 'RunDirInUse', 'RunDirBusy', 'check_run_dir', 'check_config', 'check_settings',
+           'NonFiniteLoss', 'TrainingInterrupted', 'train']
 
 # %% ../../nbs/12_mt_train.ipynb #eea537c6
 @dataclass
@@ -617,30 +616,9 @@ class RunDirInUse(FileExistsError):
         super().__init__(f"run_dir {run_dir} already holds a run ({', '.join(names)}): pass resume=True to "
                          "continue it, overwrite=True to start it again, or use a new folder")
 
-class RunDirBusy(FileExistsError):
-    "Another process is training in `run_dir` (it holds the folder's lock)"
-    def __init__(self, run_dir):
-        super().__init__(f"run_dir {run_dir} is in use: another process is training in it; wait for it to end, "
-                         "or use another folder")
-
-def hold_run_dir(run_dir:Path)->int|None:
-    "Make `run_dir` if missing and lock it (`flock`) for this process; None where folders cannot be locked"
-    while True:
-        run_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
-        if fcntl is None: return None                       # (Windows)
-        try: fd = os.open(run_dir, os.O_RDONLY | getattr(os, 'O_DIRECTORY', 0))
-        except FileNotFoundError: continue                   # removed since it was made: make it again
-        try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError: os.close(fd); raise RunDirBusy(run_dir) from None
-        except OSError: os.close(fd); return None           # a file system without locks
-        if same_folder(fd, run_dir): return fd
-        os.close(fd)   # removed (perhaps made again) since it was opened: lock the folder there now
-
-def same_folder(fd:int, path:Path)->bool:
-    "Whether `path` still names the folder open as `fd`"
-    try: now = os.stat(path)
-    except FileNotFoundError: return False
-    return (now.st_dev, now.st_ino) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
+class RunDirBusy(FolderBusy):
+    "Another process is training in `run_dir` (it holds the folder's lock: `hold_folder`)"
+    what = 'run_dir'
 
 def _drop_replaced(run_dir:Path, name:str=GOING):
     "Delete `run_dir/name`, a replaced run; what cannot be deleted stays, with a one-line warning"
@@ -746,22 +724,12 @@ def _nothing_kept(run_dir:Path)->bool:
     log = run_dir/'metrics.jsonl'
     return not any((run_dir/'checkpoints').glob('*')) and not (log.is_file() and log.stat().st_size)
 
-def _first_missing(path:Path)->Path|None:
-    "The outermost folder of `path` (itself included) that does not exist: what `mkdir(parents=True)` makes"
-    top = None
-    for p in (path, *path.parents):
-        if p.exists() or p.is_symlink(): break
-        top = p
-    return top
-
 def _undo_new_run(run_dir:Path, made:Path|None):
     "Remove what a new run that kept nothing wrote: its files, and the folders it made up to `made` (if empty)"
     if not _nothing_kept(run_dir): return   # its log or weights are worth keeping: all stays
     for name in ('config.json', 'tokenizer.json', 'metrics.jsonl'): (run_dir/name).unlink(missing_ok=True)
     with contextlib.suppress(OSError): (run_dir/'checkpoints').rmdir()   # only if empty: nothing else is touched
-    for folder in (run_dir, *run_dir.parents) if made is not None else ():
-        with contextlib.suppress(OSError): folder.rmdir()
-        if folder == made: break
+    remove_made(run_dir, made)
 
 
 # %% ../../nbs/12_mt_train.ipynb #319363be
@@ -780,7 +748,7 @@ def train(
         raise ValueError("resume and overwrite exclude each other: resume continues the run in run_dir, overwrite "
                          "replaces it")
     check_run_dir(run_dir, files=not overwrite)   # overwrite moves the run's files aside (links too), unread
-    if rank == 0 and run_dir.is_dir() and (fd := hold_run_dir(run_dir)) is not None: os.close(fd)   # busy: refused,
+    if rank == 0 and run_dir.is_dir() and (fd := hold_folder(run_dir, RunDirBusy)) is not None: os.close(fd)   # busy: refused,
                                                   # whatever else (by the first process: the others never lock)
     check_no_aside(run_dir)                       # an earlier overwrite killed half-way: its run is in there
     if resume:
@@ -809,10 +777,10 @@ def train(
             new_tok = train_tokenizer([x for p in splits['train'] for x in p], cfg.vocab_size)
             check_settings(cfg, new_tok, splits['train'], world)
         except ValueError as e: refused = e
-    made = _first_missing(run_dir) if main and not resume else None   # folders this call makes: it may remove them
+    made = first_missing(run_dir) if main and not resume else None   # folders this call makes: it may remove them
     if main and refused is None:   # from here until it returns, no other process trains in run_dir
         try:
-            held = hold_run_dir(run_dir)
+            held = hold_folder(run_dir, RunDirBusy)
             check_no_aside(run_dir)                   # an earlier overwrite killed half-way: its run is in there
             if not (resume or overwrite) and (names := run_files(run_dir)): raise RunDirInUse(run_dir, names)
             _drop_replaced(run_dir)                   # a replaced run whose deletion was cut short
