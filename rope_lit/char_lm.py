@@ -16,7 +16,8 @@ from .attention import RotaryMultiHeadAttention, alibi_bias
 from .rope import RotaryEmbedding
 from .scaling import yarn_attention_factor
 from .frequencies import rope_frequencies
-from .cli_args import atomic_write, load_checkpoint, check_private, FolderBusy, own_folder, same_folder
+from .cli_args import (atomic_write, load_checkpoint, check_private, decode_text, FolderBusy, own_folder,
+                               same_folder)
 from .cpp_build import cpu_info
 
 # %% auto #0
@@ -71,9 +72,7 @@ def load_text(
     if not path.is_file():
         raise FileNotFoundError(f"data file not found: {path} (get Tiny Shakespeare with `rope-lit-lm --download`, "
                                 "pass --data PATH, or use --size tiny for generated text)")
-    try: text = path.read_text(encoding='utf-8')   # line endings \r\n and \r read as \n
-    except UnicodeDecodeError as e:
-        raise ValueError(f"data file {path} is not UTF-8 text: invalid byte at offset {e.start}") from None
+    text = decode_text(path.read_bytes(), f"data file {path}").replace('\r\n', '\n').replace('\r', '\n')
     if not text.strip():
         raise ValueError(f"data file {path} holds no text (it is empty or blank): expected a text to train on")
     return text

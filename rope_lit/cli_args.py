@@ -6,8 +6,8 @@ Docs: https://rope-lit.github.io/rope_lit/cli_args.html.md"""
 
 # %% auto #0
 __all__ = ['Parser', 'memory_error', 'number', 'number_list', 'options_table', 'require', 'atomic_write', 'check_no_detour',
-           'refuse_overwrite', 'fetch_verified', 'load_checkpoint', 'unsafe_parent', 'check_private', 'FolderBusy',
-           'hold_folder', 'same_folder', 'first_missing', 'remove_made', 'own_folder']
+           'refuse_overwrite', 'fetch_verified', 'decode_text', 'load_checkpoint', 'unsafe_parent', 'check_private',
+           'FolderBusy', 'hold_folder', 'same_folder', 'first_missing', 'remove_made', 'own_folder']
 
 # %% ../nbs/15_cli_args.ipynb #4a75b36f
 import argparse, contextlib, math, os, re, secrets, stat
@@ -251,6 +251,16 @@ def fetch_verified(
             except OSError: break
         raise
     return dest
+
+# %% ../nbs/15_cli_args.ipynb #d091391c
+def decode_text(
+    raw:bytes,  # a text file's bytes
+    what:str,   # how the error names the file, e.g. 'data file corpus/train.de'
+)->str:         # its text, without a leading byte-order mark
+    "Decode `raw` as UTF-8, or raise a one-line ValueError naming the file and its first byte that is not UTF-8"
+    try: return raw.decode('utf-8').removeprefix('\ufeff')
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{what} is not UTF-8 text: invalid byte at offset {e.start}") from None
 
 # %% ../nbs/15_cli_args.ipynb #8a703217
 def load_checkpoint(

@@ -21,7 +21,7 @@ except ImportError as e:
     raise ImportError(f"rope_lit.significance needs {e.name}, part of the experiments extra: "
                       "pip install 'rope_lit[experiments]'") from None
 from .translation.data import multi30k_dir, read_parallel, split_file
-from .cli_args import check_private
+from .cli_args import check_private, decode_text
 
 # %% auto #0
 __all__ = ['DECODERS', 'BLEU_METRIC', 'CHRF_METRIC', 'SCORERS', 'read_hypotheses', 'Run', 'read_run', 'load_runs', 'runs_table',
@@ -38,9 +38,7 @@ def read_hypotheses(
     path:str|Path, # a hypothesis file: one line per source sentence, each ending in a newline
 )->list[str]:      # the hypotheses, empty ones kept
     "The lines of the UTF-8 hypothesis file `path`, empty lines (empty hypotheses) kept"
-    try: lines = Path(path).read_text(encoding='utf-8').split('\n')
-    except UnicodeDecodeError as e:
-        raise ValueError(f"hypothesis file {path} is not UTF-8 (byte {e.start}): rope_lit writes them as UTF-8") from None
+    lines = decode_text(Path(path).read_bytes(), f"hypothesis file {path}").split('\n')
     return lines[:-1] if lines[-1] == '' else lines
 
 # %% ../nbs/16_significance.ipynb #00000009

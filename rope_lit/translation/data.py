@@ -8,7 +8,7 @@ Docs: https://rope-lit.github.io/rope_lit/mt_data.html.md"""
 from __future__ import annotations
 import gzip, hashlib, os, random
 from pathlib import Path
-from ..cli_args import fetch_verified
+from ..cli_args import fetch_verified, decode_text
 import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch import Tensor
@@ -33,10 +33,7 @@ def read_lines(
         try: raw = gzip.decompress(raw)
         except (OSError, EOFError) as e:
             raise ValueError(f"data file {path} is not a valid gzip file ({e})") from None
-    try: text = raw.decode('utf-8')
-    except UnicodeDecodeError as e:
-        raise ValueError(f"data file {path} has undecodable text: expected UTF-8, "
-                         f"invalid byte at offset {e.start}") from None
+    text = decode_text(raw, f"data file {path}")
     if not text: return []
     return [l.rstrip('\r') for l in text.rstrip('\n').split('\n')]
 
