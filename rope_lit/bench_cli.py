@@ -10,7 +10,8 @@ __all__ = ['ENVIRONMENTS', 'DEFAULT_SHAPES', 'DEFAULT_DTYPE', 'METHOD_NAMES', 'm
 # %% ../nbs/04b_bench_cli.ipynb #569df4cd
 import argparse, json, os, shlex, sys
 from pathlib import Path
-from .cli_args import Parser, number, atomic_write, refuse_overwrite, require, memory_error
+from .cli_args import (Parser, number, atomic_write, refuse_overwrite, require, memory_error, own_folder,
+                               OutBusy, sigterm_as_interrupt)
 
 # the allocator settings a CPU run can be made in: GLIBC_TUNABLES unset, or set to the benchmark's
 # CPU_TUNABLES (defined with the benchmark, which this module imports only once a run starts)
@@ -208,8 +209,16 @@ def main(argv=None):
     if args.out is not None and not args.out.strip():   # '' would be the current folder, not the default
         ap.error("argument --out: expected a folder name, got an empty one")
     out = Path(args.out or Path('bench_results') / args.device)
-    refuse_overwrite(ap, out, ('results.csv', 'meta.json', 'plot.png')
-                     + (('sweep.csv',) if args.sweep else ()), args.overwrite)
+    files = ('results.csv', 'meta.json', 'plot.png') + (('sweep.csv',) if args.sweep else ())
+    refuse_overwrite(ap, out, files, args.overwrite)
+    try:
+        with sigterm_as_interrupt(), own_folder(out, OutBusy):   # no other run writes its results there meanwhile
+            refuse_overwrite(ap, out, files, args.overwrite)   # (results another run finished since)
+            _measure(ap, args, argv, out)
+    except OSError as e: ap.exit(1, f"{ap.prog}: error: {e}\n")   # (OutBusy: another run; --out cannot be made)
+
+def _measure(ap, args, argv, out:Path):
+    "Time the methods of `rope-lit-bench` with the checked options `args` and write the results into `out`"
     import torch  # only now: --help and argument errors return at once
     from rope_lit.bench import (hardware, run_benchmark, write_results, sweep_tiles, results_table,
                                 csv_text, CPU_TUNABLES, cpu_environment)

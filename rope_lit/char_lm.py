@@ -403,7 +403,7 @@ def _experiment_config(size, schemes, variants, data, overrides):
 # %% ../nbs/14_char_lm.ipynb #cf0b9ed1
 class CheckpointDirBusy(FolderBusy):
     "Another process is training with `checkpoint_dir` (it holds the folder's lock: `own_folder`)"
-    what = 'checkpoint_dir'
+    what, doing = 'checkpoint_dir', 'training in it'
 
 def run_experiment(
     size:str='tiny',              # a key of `SETTINGS`

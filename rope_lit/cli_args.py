@@ -7,10 +7,11 @@ Docs: https://rope-lit.github.io/rope_lit/cli_args.html.md"""
 # %% auto #0
 __all__ = ['Parser', 'memory_error', 'number', 'number_list', 'options_table', 'require', 'atomic_write', 'check_no_detour',
            'refuse_overwrite', 'fetch_verified', 'decode_text', 'load_checkpoint', 'unsafe_parent', 'check_private',
-           'FolderBusy', 'hold_folder', 'same_folder', 'first_missing', 'remove_made', 'own_folder']
+           'FolderBusy', 'OutBusy', 'same_folder', 'hold_folder', 'first_missing', 'remove_made', 'own_folder',
+           'sigterm_as_interrupt']
 
 # %% ../nbs/15_cli_args.ipynb #4a75b36f
-import argparse, contextlib, math, os, re, secrets, stat
+import argparse, contextlib, math, os, re, secrets, signal, stat, threading
 from pathlib import Path
 
 # %% ../nbs/15_cli_args.ipynb #febef17f
@@ -108,6 +109,7 @@ def options_table(
         default = ('' if d in (None, False, argparse.SUPPRESS) else ', '.join(map(str, d))
                    if isinstance(d, (list, tuple)) else f'`{d}`')
         text = ' '.join(fmt._expand_help(a).split()).replace('|', '\\|')
+        text = re.sub(r'(?<![\w`-])(--[a-z][a-z0-9-]*)', r'`\1`', text)   # as code: markdown makes -- a dash
         rows.append(f'| {flags} | {default} | {text} |')
     return '\n'.join(rows)
 
@@ -331,18 +333,31 @@ def check_private(
         raise ValueError(f"{what} is inside {folder}, which other users may write (or own) and so could put "
                          "another file in its place: move it into a folder of your own")
 
-# %% ../nbs/15_cli_args.ipynb #de83e04d
+# %% ../nbs/15_cli_args.ipynb #7a3af712
 try: import fcntl                    # folder locks (POSIX)
 except ImportError: fcntl = None     # (Windows: folders are not locked)
 
 class FolderBusy(FileExistsError):
-    "Another process holds the lock of the folder: it is writing a run there"
-    what = 'folder'   # how the message names it (subclasses: 'run_dir', 'checkpoint_dir')
+    "Another process holds the lock of the folder: it is writing there"
+    what, doing = 'folder', 'writing in it'   # how the message names the folder and the other process's work
     def __init__(self, path):
         self.path = Path(path)
-        super().__init__(f"{self.what} {path} is in use: another process is training in it; wait for it to end, "
+        super().__init__(f"{self.what} {path} is in use: another process is {self.doing}; wait for it to end, "
                          "or use another folder")
+    def __reduce__(self): return type(self), (self.path,)   # (pickled, as process pools return errors: the same)
 
+class OutBusy(FolderBusy):
+    "Another run of a command line is writing its results into the same `--out` folder"
+    what, doing = 'argument --out:', 'writing its results in it'
+
+# %% ../nbs/15_cli_args.ipynb #3452b13e
+def same_folder(fd:int, path)->bool:
+    "Whether `path` still names the folder open as `fd`"
+    try: now = os.stat(path)
+    except OSError: return False   # gone, a file in its way, a folder above it unreadable: not the same
+    return (now.st_dev, now.st_ino) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
+
+# %% ../nbs/15_cli_args.ipynb #b5216a00
 def hold_folder(
     path:Path,             # the folder; made (with the folders above it) if missing
     busy:type=FolderBusy,  # what to raise when another process holds it
@@ -350,22 +365,21 @@ def hold_folder(
     "Make `path` if missing and lock it (`flock`) for this process, or raise `busy(path)`"
     path = Path(path)
     while True:
-        path.mkdir(mode=0o755, parents=True, exist_ok=True)
+        try: path.mkdir(mode=0o755, parents=True, exist_ok=True)
+        except OSError as e: raise OSError(e.errno, f"{busy.what} {path} cannot be made ({e.strerror})") from None
         if fcntl is None: return None
         try: fd = os.open(path, os.O_RDONLY | getattr(os, 'O_DIRECTORY', 0))
         except FileNotFoundError: continue                   # removed since it was made: make it again
-        try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except PermissionError: return None                  # a folder one may write but not read: unlocked
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if same_folder(fd, path): return fd
         except BlockingIOError: os.close(fd); raise busy(path) from None
         except OSError: os.close(fd); return None           # a file system without locks
-        if same_folder(fd, path): return fd
+        except BaseException: os.close(fd); raise           # (Ctrl-C right then: the lock goes too)
         os.close(fd)   # removed (perhaps made again) since it was opened: lock the folder there now
 
-def same_folder(fd:int, path)->bool:
-    "Whether `path` still names the folder open as `fd`"
-    try: now = os.stat(path)
-    except FileNotFoundError: return False
-    return (now.st_dev, now.st_ino) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
-
+# %% ../nbs/15_cli_args.ipynb #1cb267d9
 def first_missing(path)->Path|None:
     "The outermost folder of `path` (itself included) that does not exist: the first `mkdir(parents=True)` makes"
     top = None
@@ -374,16 +388,33 @@ def first_missing(path)->Path|None:
         top = p
     return top
 
+# %% ../nbs/15_cli_args.ipynb #017c0f6b
 def remove_made(
     path,              # a folder a failed run wrote in
     made:Path|None,    # `first_missing(path)`, taken before the run made it; None: it made none
+    held:int|None=None,  # this run's lock on `path` (`hold_folder`), if it holds one
 ):
-    "Remove `path` and the folders above it up to `made`, each only if empty: what a run that kept nothing made"
+    "Remove `path` and the folders above it up to `made`, each only if empty and no other run holds it"
     if made is None: return
     for folder in (Path(path), *Path(path).parents):
-        with contextlib.suppress(OSError): folder.rmdir()   # (not empty: it stays, and so do those above it)
+        if not _remove_free(folder, held): break   # (kept: so are the folders above it)
         if folder == made: break
 
+def _remove_free(folder:Path, held:int|None)->bool:
+    "Remove the empty `folder` unless another process holds its lock (it has started a run there); whether it went"
+    fd = None
+    if fcntl is not None and not (held is not None and same_folder(held, folder)):   # (this run's own: held)
+        try: fd = os.open(folder, os.O_RDONLY | getattr(os, 'O_DIRECTORY', 0))
+        except OSError: return False
+        try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)   # held while it is removed: no run starts in it
+        except BlockingIOError: os.close(fd); return False
+        except OSError: pass                                 # a file system without locks
+    try: folder.rmdir(); return True
+    except OSError: return False                             # not empty
+    finally:
+        if fd is not None: os.close(fd)
+
+# %% ../nbs/15_cli_args.ipynb #3be6eb6d
 @contextlib.contextmanager
 def own_folder(
     path,                  # the folder (made if missing); None: nothing is held
@@ -391,10 +422,22 @@ def own_folder(
 ):
     "Hold `path` for a `with` block (yielding `hold_folder`'s result); if the block fails, `remove_made` what it made"
     if path is None: yield None; return
-    made, held = first_missing(path), hold_folder(path, busy)
-    try: yield held
+    made, held = first_missing(path), None
+    try:
+        held = hold_folder(path, busy)
+        yield held
     except BaseException:
-        if held is None or same_folder(held, path): remove_made(path, made)   # (not a folder made since by another)
+        if held is None or same_folder(held, path): remove_made(path, made, held)   # (not one made since by another)
         raise
     finally:
         if held is not None: os.close(held)
+
+# %% ../nbs/15_cli_args.ipynb #3afbc193
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    "While active (in the main thread), SIGTERM raises KeyboardInterrupt, so that the run cleans up as on Ctrl-C"
+    if threading.current_thread() is not threading.main_thread(): yield; return   # (only it may set handlers)
+    def interrupt(signum, frame): raise KeyboardInterrupt
+    old = signal.signal(signal.SIGTERM, interrupt)
+    try: yield
+    finally: signal.signal(signal.SIGTERM, old)

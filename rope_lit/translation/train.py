@@ -618,7 +618,7 @@ class RunDirInUse(FileExistsError):
 
 class RunDirBusy(FolderBusy):
     "Another process is training in `run_dir` (it holds the folder's lock: `hold_folder`)"
-    what = 'run_dir'
+    what, doing = 'run_dir', 'training in it'
 
 def _drop_replaced(run_dir:Path, name:str=GOING):
     "Delete `run_dir/name`, a replaced run; what cannot be deleted stays, with a one-line warning"
@@ -724,12 +724,12 @@ def _nothing_kept(run_dir:Path)->bool:
     log = run_dir/'metrics.jsonl'
     return not any((run_dir/'checkpoints').glob('*')) and not (log.is_file() and log.stat().st_size)
 
-def _undo_new_run(run_dir:Path, made:Path|None):
+def _undo_new_run(run_dir:Path, made:Path|None, held:int|None):
     "Remove what a new run that kept nothing wrote: its files, and the folders it made up to `made` (if empty)"
     if not _nothing_kept(run_dir): return   # its log or weights are worth keeping: all stays
     for name in ('config.json', 'tokenizer.json', 'metrics.jsonl'): (run_dir/name).unlink(missing_ok=True)
     with contextlib.suppress(OSError): (run_dir/'checkpoints').rmdir()   # only if empty: nothing else is touched
-    remove_made(run_dir, made)
+    remove_made(run_dir, made, held)
 
 
 # %% ../../nbs/12_mt_train.ipynb #319363be
@@ -822,7 +822,7 @@ def train(
         except BaseException:
             if held is not None and not same_folder(held, run_dir): raise   # (another folder now: none of it touched)
             if aside is not None: restore_aside(run_dir, aside)   # e.g. out of memory: the old run as it was
-            elif main and not resume: _undo_new_run(run_dir, made)   # a new run that never started leaves nothing
+            elif main and not resume: _undo_new_run(run_dir, made, held)   # a new run that never started leaves nothing
             raise
         st = dict(epoch=0, batch=0, step=0, tokens=0, train_seconds=0.0)
         if resume:
@@ -967,7 +967,7 @@ def train(
         except BaseException:   # a new run that stopped before it kept anything leaves nothing behind
             if held is not None and not same_folder(held, run_dir): raise   # (another folder now: none of it touched)
             if aside is not None: restore_aside(run_dir, aside)   # and no weights: the run it was to replace, as it was
-            elif main and not resume and saved['step'] is None: _undo_new_run(run_dir, made)
+            elif main and not resume and saved['step'] is None: _undo_new_run(run_dir, made, held)
             raise
         net = fwd = None   # the DDP wrapper goes before its process group: freed after it, at exit, gloo's teardown
         if world > 1: gc.collect()   # can wait for the interpreter lock forever (seen once in a two-process test)
