@@ -11,7 +11,7 @@ __all__ = ['ENVIRONMENTS', 'DEFAULT_SHAPES', 'DEFAULT_DTYPE', 'METHOD_NAMES', 'm
 import argparse, json, os, shlex, sys
 from pathlib import Path
 from .cli_args import (Parser, number, atomic_write, refuse_overwrite, require, memory_error, own_folder,
-                               OutBusy, sigterm_as_interrupt)
+                               OutBusy, stop_signals_as_interrupt)
 
 # the allocator settings a CPU run can be made in: GLIBC_TUNABLES unset, or set to the benchmark's
 # CPU_TUNABLES (defined with the benchmark, which this module imports only once a run starts)
@@ -212,7 +212,7 @@ def main(argv=None):
     files = ('results.csv', 'meta.json', 'plot.png') + (('sweep.csv',) if args.sweep else ())
     refuse_overwrite(ap, out, files, args.overwrite)
     try:
-        with sigterm_as_interrupt(), own_folder(out, OutBusy):   # no other run writes its results there meanwhile
+        with stop_signals_as_interrupt(), own_folder(out, OutBusy):   # no other run writes its results there meanwhile
             refuse_overwrite(ap, out, files, args.overwrite)   # (results another run finished since)
             _measure(ap, args, argv, out)
     except OSError as e: ap.exit(1, f"{ap.prog}: error: {e}\n")   # (OutBusy: another run; --out cannot be made)

@@ -428,6 +428,8 @@ def run_experiment(
         check_private(checkpoint_dir, f"checkpoint_dir {checkpoint_dir}")
         if Path(checkpoint_dir).exists() and not Path(checkpoint_dir).is_dir():
             raise ValueError(f"checkpoint_dir {checkpoint_dir} is a file, not a folder")
+        if Path(checkpoint_dir).is_dir() and not os.access(checkpoint_dir, os.W_OK | os.X_OK):   # not after training
+            raise ValueError(f"checkpoint_dir {checkpoint_dir} is not writable: chmod u+wx {checkpoint_dir}")
     vocab = CharVocab(text)
     train_ids, val_ids = split_text(vocab.encode(text), 0.1)
     cfg.update(train_chars=len(train_ids), val_chars=len(val_ids), vocab_size=len(vocab))

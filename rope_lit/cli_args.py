@@ -8,7 +8,7 @@ Docs: https://rope-lit.github.io/rope_lit/cli_args.html.md"""
 __all__ = ['Parser', 'memory_error', 'number', 'number_list', 'options_table', 'require', 'atomic_write', 'check_no_detour',
            'refuse_overwrite', 'fetch_verified', 'decode_text', 'load_checkpoint', 'unsafe_parent', 'check_private',
            'FolderBusy', 'OutBusy', 'same_folder', 'hold_folder', 'first_missing', 'remove_made', 'own_folder',
-           'sigterm_as_interrupt']
+           'stop_signals_as_interrupt']
 
 # %% ../nbs/15_cli_args.ipynb #4a75b36f
 import argparse, contextlib, math, os, re, secrets, signal, stat, threading
@@ -366,7 +366,7 @@ def hold_folder(
     path = Path(path)
     while True:
         try: path.mkdir(mode=0o755, parents=True, exist_ok=True)
-        except OSError as e: raise OSError(e.errno, f"{busy.what} {path} cannot be made ({e.strerror})") from None
+        except OSError as e: raise type(e)(f"{busy.what} {path} cannot be made ({e.strerror})") from None
         if fcntl is None: return None
         try: fd = os.open(path, os.O_RDONLY | getattr(os, 'O_DIRECTORY', 0))
         except FileNotFoundError: continue                   # removed since it was made: make it again
@@ -432,12 +432,14 @@ def own_folder(
     finally:
         if held is not None: os.close(held)
 
-# %% ../nbs/15_cli_args.ipynb #3afbc193
+# %% ../nbs/15_cli_args.ipynb #2ec5da76
 @contextlib.contextmanager
-def sigterm_as_interrupt():
-    "While active (in the main thread), SIGTERM raises KeyboardInterrupt, so that the run cleans up as on Ctrl-C"
+def stop_signals_as_interrupt():
+    "While active (in the main thread), SIGTERM and SIGHUP raise KeyboardInterrupt: the run cleans up as on Ctrl-C"
     if threading.current_thread() is not threading.main_thread(): yield; return   # (only it may set handlers)
     def interrupt(signum, frame): raise KeyboardInterrupt
-    old = signal.signal(signal.SIGTERM, interrupt)
+    kinds = [getattr(signal, name) for name in ('SIGTERM', 'SIGHUP') if hasattr(signal, name)]   # (Windows: no HUP)
+    old = {s: signal.signal(s, interrupt) for s in kinds}
     try: yield
-    finally: signal.signal(signal.SIGTERM, old)
+    finally:
+        for s, handler in old.items(): signal.signal(s, handler)

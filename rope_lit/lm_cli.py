@@ -10,7 +10,7 @@ __all__ = ['RESULT_FILES', 'SIZES', 'SCHEMES', 'VARIANT_NAMES', 'main']
 # %% ../nbs/14a_lm_cli.ipynb #3e1ffc98
 import argparse, os, sys
 from .cli_args import (Parser, number, number_list, refuse_overwrite, require, memory_error, own_folder,
-                               OutBusy, sigterm_as_interrupt)
+                               OutBusy, stop_signals_as_interrupt)
 
 RESULT_FILES = ('results.json', 'results.md', 'ppl_vs_context.png')   # what --out receives
 
@@ -188,7 +188,7 @@ def main(argv=None):
                  f"results: keep the models in a folder of their own, such as {os.path.join(args.out, 'checkpoints')}")
     refuse_overwrite(ap, args.out, RESULT_FILES, args.overwrite)   # before hours of training, not after
     try:
-        with sigterm_as_interrupt(), own_folder(args.out, OutBusy):   # no other run writes its results there
+        with stop_signals_as_interrupt(), own_folder(args.out, OutBusy):   # no other run writes its results there
             refuse_overwrite(ap, args.out, RESULT_FILES, args.overwrite)   # (results another run finished since)
             results = _run(args, argv)
     except OSError as e: ap.exit(1, f"{ap.prog}: error: {e}\n")   # (OutBusy: another run; --out cannot be made)
