@@ -397,7 +397,7 @@ def remove_made(
     "Remove `path` and the folders above it up to `made`, each only if empty and no other run holds it"
     if made is None: return
     for folder in (Path(path), *Path(path).parents):
-        if not _remove_free(folder, held): break   # (kept: so are the folders above it)
+        if os.path.lexists(folder) and not _remove_free(folder, held): break   # (kept: so are those above it)
         if folder == made: break
 
 def _remove_free(folder:Path, held:int|None)->bool:
