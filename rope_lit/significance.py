@@ -38,7 +38,8 @@ def read_hypotheses(
     path:str|Path, # a hypothesis file: one line per source sentence, each ending in a newline
 )->list[str]:      # the hypotheses, empty ones kept
     "The lines of the UTF-8 hypothesis file `path`, empty lines (empty hypotheses) kept"
-    lines = decode_text(Path(path).read_bytes(), f"hypothesis file {path}").split('\n')
+    text = decode_text(Path(path).read_bytes(), f"hypothesis file {path}")
+    lines = text.replace('\r\n', '\n').replace('\r', '\n').split('\n')   # Windows' and old Macs' line ends too
     return lines[:-1] if lines[-1] == '' else lines
 
 # %% ../nbs/16_significance.ipynb #00000009
