@@ -62,14 +62,14 @@ def cpu_info()->tuple[str, frozenset]:
 
 # %% ../nbs/04c_cpp_build.ipynb #d4e4da83
 def _build_signature()->str:
-    "What the build depends on besides the source: CPU features, torch, Python, the environment"
-    # the environment: its prefix, and the include paths that ninja's build file embeds
+    "What the build depends on besides the source: the CPU's features, the torch build, Python's version and ABI"
+    # not the environment's path: environments with the same torch build and Python share one build
     import sysconfig
-    cpp_extension = _cpp_extension()
     flags = ' '.join(sorted(cpu_info()[1]))
-    env = [sys.prefix, sysconfig.get_paths().get('include', ''), *cpp_extension.include_paths()]
-    return '|'.join([flags or platform.processor(), torch.__version__, str(sys.version_info[:2]),
-                     *env])
+    abi = getattr(torch._C, '_GLIBCXX_USE_CXX11_ABI', '')   # C++ ABI of this torch build
+    return '|'.join([flags or platform.processor(), platform.machine(), torch.__version__,
+                     str(torch.version.git_version), str(abi), str(sys.version_info[:2]),
+                     sysconfig.get_config_var('EXT_SUFFIX') or ''])
 
 # %% ../nbs/04c_cpp_build.ipynb #18478489
 def extension_name(
@@ -177,7 +177,7 @@ def _build(verbose, source, functions, prefix, what):
             return module
         if shutil.which('ninja') is None:   # the `ninja` package's binary, if not on PATH
             import ninja; os.environ['PATH'] = ninja.BIN_DIR + os.pathsep + os.environ.get('PATH', '')
-        _say(f"building the {what} {name} (once per Python environment; about a minute)")
+        _say(f"building the {what} {name} (once per torch build and CPU; about a minute)")
         start = time.perf_counter()
         has_opt = 'no_implicit_headers' in inspect.signature(cpp_extension.load_inline).parameters
         kw = {'no_implicit_headers': True} if has_opt else {}
