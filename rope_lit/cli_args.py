@@ -1,4 +1,4 @@
-"""The argument parsing and result files the three rope_lit command lines share: one-line errors, numbers checked for range and finiteness, `--help` without importing torch, and results that are never half-written or silently replaced
+"""What the three rope_lit command lines share: one-line errors, checked arguments, result files that are never half-written or silently replaced, safe loading of checkpoints and text, one run per folder, and clean stops
 
 Docs: https://rope-lit.github.io/rope_lit/cli_args.html.md"""
 
@@ -11,7 +11,7 @@ __all__ = ['Parser', 'memory_error', 'number', 'number_list', 'options_table', '
            'stop_signals_as_interrupt']
 
 # %% ../nbs/15_cli_args.ipynb #4a75b36f
-import argparse, contextlib, math, os, re, secrets, signal, stat, threading
+import argparse, contextlib, functools, math, os, re, secrets, signal, stat, threading
 from pathlib import Path
 
 # %% ../nbs/15_cli_args.ipynb #febef17f
@@ -46,9 +46,13 @@ def memory_error(e:BaseException)->str|None:
     m = re.search(r'tried to allocate ([\d.]+) ?(bytes|[KMGT]i?B)', text, re.IGNORECASE)
     size = ''
     if m: size = (f" of {float(m[1]) / 2**30:,.1f} GiB" if m[2] == 'bytes' else f" of {m[1]} {m[2]}")
-    return f"out of memory: an allocation{size} failed; a smaller model, batch or input fits"
+    return f"out of memory: an allocation{size} failed; try a smaller model, batch or input"
 
 # %% ../nbs/15_cli_args.ipynb #8b50de8c
+def _cut(text:str, n:int=20)->str:
+    "`text` quoted, cut to `n` characters (marked with ...) if longer"
+    return repr(text[:n]) + ('...' if len(text) > n else '')
+
 def _bounds(low, high, low_open, high_open)->str:
     if low is not None and high is not None:
         return f" in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
@@ -71,7 +75,7 @@ def number(
         try: v = kind(text)
         except ValueError: v = None
         if kind is int and v is not None and not -2**63 <= v < 2**63:   # beyond int64 (and float)
-            raise argparse.ArgumentTypeError(f"expected {expected} below 2**63, got {text[:20]!r}...")
+            raise argparse.ArgumentTypeError(f"expected {expected} that fits in 64 bits, got {_cut(text)}")
         ok = v is not None and math.isfinite(v) and (
             low is None or (v > low if low_open else v >= low)) and (
             high is None or (v < high if high_open else v <= high))
@@ -86,7 +90,7 @@ def number_list(low=1):  # smallest value allowed
         try: vs = [int(x) for x in text.split(',') if x.strip()]
         except ValueError: vs = []
         if vs and max(vs) >= 2**63:
-            raise argparse.ArgumentTypeError(f"expected integers >= {low} below 2**63, got {text[:40]!r}...")
+            raise argparse.ArgumentTypeError(f"expected integers >= {low} that fit in 64 bits, got {_cut(text, 40)}")
         if not vs or min(vs) < low:
             raise argparse.ArgumentTypeError(
                 f"expected comma-separated integers >= {low}, e.g. 128,256, got {text!r}")
@@ -106,7 +110,7 @@ def options_table(
         if isinstance(a, argparse._HelpAction) or a.help == argparse.SUPPRESS: continue
         flags = ', '.join(f'`{o}`' for o in a.option_strings) or f'`{a.dest}`'
         d = a.default
-        default = ('' if d in (None, False, argparse.SUPPRESS) else ', '.join(map(str, d))
+        default = ('' if d is None or d is False or d is argparse.SUPPRESS else ', '.join(map(str, d))
                    if isinstance(d, (list, tuple)) else f'`{d}`')
         text = ' '.join(fmt._expand_help(a).split()).replace('|', '\\|')
         text = re.sub(r'(?<![\w`-])(--[a-z][a-z0-9-]*)', r'`\1`', text)   # as code: markdown makes -- a dash
@@ -282,16 +286,26 @@ def load_checkpoint(
             return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
         if 'Weights only load failed' in str(e):
-            raise ValueError(f"{what} {path} holds objects other than tensors, numbers, strings, lists and "
-                             "dicts; rope_lit does not unpickle them (unpickling can run code)") from None
+            raise ValueError(f"{what} {path} holds objects other than tensors, numbers, strings, lists, tuples "
+                             "and dicts; rope_lit does not unpickle them (unpickling can run code)") from None
         raise ValueError(f"{what} {path} is truncated or corrupt (torch.load cannot read it)") from None
     except Exception:
         raise ValueError(f"{what} {path} is truncated or corrupt (torch.load cannot read it)") from None
 
 # %% ../nbs/15_cli_args.ipynb #3ba440df
+@functools.lru_cache(maxsize=None)
+def _group_of_one(gid:int, uid:int)->bool:
+    "Is group `gid` user `uid`'s alone: no other user is listed in it or has it as their own group?"
+    try:
+        import grp, pwd
+        me, members = pwd.getpwuid(uid).pw_name, set(grp.getgrgid(gid).gr_mem)
+        return members <= {me} and not any(u.pw_gid == gid and u.pw_uid != uid for u in pwd.getpwall())
+    except (ImportError, KeyError): return False   # (no such group or user: not known to be the user's alone)
+
 def _others_write(st:os.stat_result, group_ok:bool=True)->bool:
-    "Can users other than this one write the file or folder of `st`? (Its group counts unless it is the user's own)"
-    return bool(st.st_mode & 0o002 or (st.st_mode & 0o020 and not (group_ok and st.st_gid == os.getegid())))
+    "Can users other than this one write the file or folder of `st`? (Its group counts unless it is the user's alone)"
+    group_alone = group_ok and _group_of_one(st.st_gid, os.geteuid())
+    return bool(st.st_mode & 0o002 or (st.st_mode & 0o020 and not group_alone))
 
 def unsafe_parent(
     path,                 # a file or folder (not itself checked); it need not exist yet
