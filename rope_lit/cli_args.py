@@ -11,7 +11,7 @@ __all__ = ['Parser', 'number', 'number_list', 'options_table', 'require', 'memor
            'stop_signals_as_interrupt']
 
 # %% ../nbs/15_cli_args.ipynb #4a75b36f
-import argparse, contextlib, functools, math, os, re, secrets, signal, stat, threading
+import argparse, contextlib, math, os, re, secrets, signal, stat, threading
 from pathlib import Path
 
 # %% ../nbs/15_cli_args.ipynb #febef17f
@@ -293,19 +293,27 @@ def load_checkpoint(
         raise ValueError(f"{what} {path} is truncated or corrupt (torch.load cannot read it)") from None
 
 # %% ../nbs/15_cli_args.ipynb #3ba440df
-@functools.lru_cache(maxsize=None)
-def _group_of_one(gid:int, uid:int)->bool:
-    "Is group `gid` user `uid`'s alone: no other user is listed in it or has it as their own group?"
+def _private_group(gid:int)->bool:
+    "Is `gid` this user's private group: one the user is in, their own group, named as they are, listing no one else?"
+    if gid != os.getegid() and gid not in os.getgroups(): return False   # a group the user is not in
     try:
         import grp, pwd
-        me, members = pwd.getpwuid(uid).pw_name, set(grp.getgrgid(gid).gr_mem)
-        return members <= {me} and not any(u.pw_gid == gid and u.pw_uid != uid for u in pwd.getpwall())
-    except (ImportError, KeyError): return False   # (no such group or user: not known to be the user's alone)
+        me, group = pwd.getpwuid(os.geteuid()), grp.getgrgid(gid)
+    except (ImportError, KeyError): return False   # no entry for the user or the group: not known to be private
+    if not (gid == me.pw_gid and group.gr_name == me.pw_name and set(group.gr_mem) <= {me.pw_name}): return False
+    return not any(u.pw_gid == gid and u.pw_uid != me.pw_uid for u in pwd.getpwall())   # no one else's own group
 
-def _others_write(st:os.stat_result, group_ok:bool=True)->bool:
-    "Can users other than this one write the file or folder of `st`? (Its group counts unless it is the user's alone)"
-    group_alone = group_ok and _group_of_one(st.st_gid, os.geteuid())
-    return bool(st.st_mode & 0o002 or (st.st_mode & 0o020 and not group_alone))
+def _named_acl(path)->bool:
+    "Does `path` carry a POSIX access ACL naming users or groups (whose rights its group bits then only mask)?"
+    try: acl = os.getxattr(path, 'system.posix_acl_access', follow_symlinks=False)
+    except (AttributeError, OSError): return False   # none, or a system without ACLs
+    return len(acl) > 4 + 3 * 8   # more than a header and the three entries that the mode bits stand for
+
+def _others_write(st:os.stat_result, group_ok:bool=True, path=None)->bool:
+    "Can users other than this one write the file or folder of `st` (at `path`, for its ACL)?"
+    if st.st_mode & 0o002: return True
+    if not st.st_mode & 0o020: return False          # (a named user's write shows here too, as the ACL's mask)
+    return not (group_ok and _private_group(st.st_gid)) or (path is not None and _named_acl(path))
 
 def unsafe_parent(
     path,                 # a file or folder (not itself checked); it need not exist yet
@@ -319,7 +327,8 @@ def unsafe_parent(
         try: st = os.stat(folder)
         except FileNotFoundError: continue            # not made yet: it will be the user's
         except OSError: return folder                 # can't tell: not safe
-        if st.st_uid not in (0, os.geteuid()) or (_others_write(st, group_ok) and not st.st_mode & stat.S_ISVTX):
+        if st.st_uid not in (0, os.geteuid()) or (_others_write(st, group_ok, folder)
+                                                  and not st.st_mode & stat.S_ISVTX):
             return folder
     return None
 
@@ -335,17 +344,21 @@ def check_private(
     path = Path(path)                               # 'dir/' and 'dir/.' name 'dir' itself, not what it links to
     try: st = os.lstat(path)
     except FileNotFoundError: st = None             # about to be made: only the folders above it count
+    except PermissionError:
+        raise ValueError(f"{what}: {path} cannot be looked at: this user may not enter a folder above it") from None
     if st is not None and stat.S_ISLNK(st.st_mode):
         raise ValueError(f"{what} is a symbolic link, which could make rope_lit read or write a file elsewhere: "
                          "replace the link with the file itself")
     if st is not None and st.st_uid not in (0, os.geteuid()):
         raise ValueError(f"{what} belongs to another user, who could change it: copy it into a folder of your own")
-    if st is not None and _others_write(st):
+    if st is not None and _others_write(st, path=path):
         raise ValueError(f"{what}: other users may write {path} (mode {st.st_mode & 0o7777:o}), and rope_lit "
                          f"loads nothing that others can change: chmod go-w {path}")
     if (folder := unsafe_parent(path)) is not None:
+        mine = os.stat(folder).st_uid == os.geteuid() if folder.exists() else False
         raise ValueError(f"{what} is inside {folder}, which other users may write (or own) and so could put "
-                         "another file in its place: move it into a folder of your own")
+                         "another file in its place: " + (f"chmod go-w {folder}, or " if mine else "")
+                         + "move it into a folder of your own")
 
 # %% ../nbs/15_cli_args.ipynb #7a3af712
 try: import fcntl                    # folder locks (POSIX)

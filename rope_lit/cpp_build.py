@@ -29,6 +29,7 @@ def cpp_parts(text:str)->dict:
 
 # %% ../nbs/04c_cpp_build.ipynb #cpp08
 _CFLAGS = ['-O3', '-march=native', '-fopenmp']
+_LDFLAGS = ['-fopenmp']
 
 # %% ../nbs/04c_cpp_build.ipynb #cpp08b
 _import_lock = threading.Lock()
@@ -69,15 +70,19 @@ def _build_signature()->str:
     abi = getattr(torch._C, '_GLIBCXX_USE_CXX11_ABI', '')   # C++ ABI of this torch build
     return '|'.join([flags or platform.processor(), platform.machine(), torch.__version__,
                      str(torch.version.git_version), str(abi), str(sys.version_info[:2]),
-                     sysconfig.get_config_var('EXT_SUFFIX') or ''])
+                     sysconfig.get_config_var('EXT_SUFFIX') or '', ' '.join(platform.libc_ver()),
+                     os.environ.get('CXX', '')])   # (a compiler chosen by $CXX, as conda sets it: its own build)
 
 # %% ../nbs/04c_cpp_build.ipynb #18478489
 def extension_name(
-    source:str,    # the C++ source
-    prefix:str,    # what the name starts with
-)->str:            # prefix_<16 hex digits>
+    source:str,                  # the C++ source
+    prefix:str,                  # what the name starts with
+    functions:list|None=None,    # the functions the build binds (None: the source binds its own)
+    own_environment:bool=False,  # this Python environment's own entry, not one shared with others
+)->str:                          # prefix_<16 hex digits>
     "The cache entry's name: a hash of the source, the flags and everything else the build depends on"
-    key_text = '\n'.join([source, *_CFLAGS, _build_signature()])
+    key_text = '\n'.join([source, *_CFLAGS, *_LDFLAGS, repr(functions), _build_signature(),
+                          *([sys.prefix] if own_environment else [])])
     return f"{prefix}_{hashlib.sha256(key_text.encode()).hexdigest()[:16]}"
 
 # %% ../nbs/04c_cpp_build.ipynb #8c1070af
@@ -156,10 +161,10 @@ def _load_verified(name:str, so:Path):
     return module
 
 # %% ../nbs/04c_cpp_build.ipynb #cf5a5c73
-def _build(verbose, source, functions, prefix, what):
+def _build(verbose, source, functions, prefix, what, own_environment=False):
     "Build (or load) one native extension; `functions=None`: the source defines its own bindings"
     cpp_extension = _cpp_extension()
-    name = extension_name(source, prefix)
+    name = extension_name(source, prefix, functions, own_environment)
     build = native_cache_dir() / name
     build.mkdir(mode=0o700, exist_ok=True)
     so = build / f"{name}.so"
@@ -181,8 +186,8 @@ def _build(verbose, source, functions, prefix, what):
         start = time.perf_counter()
         has_opt = 'no_implicit_headers' in inspect.signature(cpp_extension.load_inline).parameters
         kw = {'no_implicit_headers': True} if has_opt else {}
-        module = cpp_extension.load_inline(name, [source], functions=functions,
-                                           extra_cflags=_CFLAGS, extra_ldflags=['-fopenmp'],
+        module = cpp_extension.load_inline(name, [source], functions=functions,   # (copies of the flags: torch
+                                           extra_cflags=list(_CFLAGS), extra_ldflags=list(_LDFLAGS),   # adds to them)
                                            build_directory=str(build), verbose=verbose, **kw)
         record = so.with_suffix('.sha256')
         atomic_write(record, _digest(so))
@@ -206,7 +211,12 @@ def native_extension(
         if prefix not in _built:
             module = None
             if _NATIVE_POSSIBLE:
-                try: module = _build(verbose, source, functions, prefix, what)
+                try:
+                    try: module = _build(verbose, source, functions, prefix, what)
+                    except ImportError as e:   # built and whole, but not loadable here (another C++ runtime,
+                        _say(f"the shared build of the {what} does not load in this environment "   # say)
+                             f"({str(e)[-200:]}); building one of its own")
+                        module = _build(verbose, source, functions, prefix, what, own_environment=True)
                 except Exception as e:
                     warnings.warn(f"rope_lit: the {what} could not be built "
                                   f"({type(e).__name__}: {str(e)[-400:]}); {fallback}",
