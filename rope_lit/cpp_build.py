@@ -156,9 +156,14 @@ def _load_verified(name:str, so:Path):
         so.unlink(missing_ok=True); record.unlink(missing_ok=True)
         return None
     spec = importlib.util.spec_from_file_location(name, so)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except ImportError as e: raise _NotLoadable(str(e)) from None   # whole, but not for this process
     return module
+
+class _NotLoadable(ImportError):
+    "A built library, whole, that this process cannot load (built against another C++ runtime, say)"
 
 # %% ../nbs/04c_cpp_build.ipynb #cf5a5c73
 def _build(verbose, source, functions, prefix, what, own_environment=False):
@@ -213,7 +218,7 @@ def native_extension(
             if _NATIVE_POSSIBLE:
                 try:
                     try: module = _build(verbose, source, functions, prefix, what)
-                    except ImportError as e:   # built and whole, but not loadable here (another C++ runtime,
+                    except _NotLoadable as e:   # built and whole, but not loadable here (another C++ runtime,
                         _say(f"the shared build of the {what} does not load in this environment "   # say)
                              f"({str(e)[-200:]}); building one of its own")
                         module = _build(verbose, source, functions, prefix, what, own_environment=True)
