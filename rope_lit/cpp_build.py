@@ -63,7 +63,7 @@ def cpu_info()->tuple[str, frozenset]:
 
 # %% ../nbs/04c_cpp_build.ipynb #d4e4da83
 def _build_signature()->str:
-    "What the build depends on besides the source: the CPU's features, the torch build, Python's version and ABI"
+    "What the build depends on besides the source: CPU features, the torch build, Python's ABI, libc, `$CXX`"
     # not the environment's path: environments with the same torch build and Python share one build
     import sysconfig
     flags = ' '.join(sorted(cpu_info()[1]))
