@@ -6,9 +6,9 @@ Docs: https://rope-lit.github.io/rope_lit/cli_args.html.md"""
 
 # %% auto #0
 __all__ = ['Parser', 'number', 'number_list', 'options_table', 'require', 'memory_error', 'atomic_write', 'check_no_detour',
-           'refuse_overwrite', 'fetch_verified', 'decode_text', 'load_checkpoint', 'unsafe_parent', 'check_private',
-           'FolderBusy', 'OutBusy', 'same_folder', 'hold_folder', 'first_missing', 'remove_made', 'own_folder',
-           'stop_signals_as_interrupt']
+           'refuse_overwrite', 'fetch_all', 'fetch_verified', 'decode_text', 'load_checkpoint', 'unsafe_parent',
+           'check_private', 'FolderBusy', 'OutBusy', 'same_folder', 'hold_folder', 'first_missing', 'remove_made',
+           'own_folder', 'stop_signals_as_interrupt']
 
 # %% ../nbs/15_cli_args.ipynb #4a75b36f
 import argparse, contextlib, math, os, re, secrets, signal, stat, threading
@@ -232,6 +232,44 @@ def refuse_overwrite(
                  "--overwrite to replace them, or choose another --out")
 
 # %% ../nbs/15_cli_args.ipynb #c20c6f31
+def fetch_all(
+    items:list,              # (url, dest, sha256) per file: http(s):// or file:// address, the file to write,
+                             # its expected SHA-256 (None: not checked)
+    timeout:float=60,        # seconds for each request
+)->list[Path]:               # the files written
+    "Download and check every file, then write them all; a call that fails leaves all files and folders as they were"
+    import hashlib, urllib.request
+    got = []
+    for url, dest, want in items:            # everything read and checked before anything is written
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as r: data = r.read()
+        except OSError as e: raise OSError(f"could not download {url}: {e}") from None
+        digest = hashlib.sha256(data).hexdigest()
+        if want is not None and digest != want:
+            raise ValueError(f"checksum mismatch for {Path(dest).name} from {url}: "
+                             f"expected sha256 {want}, got {digest}")
+        got.append((Path(dest), data))
+    made = {p for dest, _ in got for p in dest.parents if not p.exists()}   # folders this call creates
+    done = []                                # (file written, its bytes before: None if it was not there)
+    try:
+        for dest, data in got:
+            target = dest.resolve() if dest.is_symlink() else dest   # where atomic_write writes
+            before = target.read_bytes() if target.is_file() else None
+            atomic_write(dest, data)         # never a half-written file under the real name
+            done.append((target, before))
+    except BaseException:
+        for target, before in reversed(done):   # put back what was there
+            try:
+                if before is None: target.unlink(missing_ok=True)
+                else: atomic_write(target, before)
+            except OSError: pass
+        for folder in sorted(made, key=lambda p: len(p.parts), reverse=True):   # innermost first
+            try: folder.rmdir()
+            except OSError: pass             # one that holds anything stays
+        raise
+    return [dest for dest, _ in got]
+
+# %% ../nbs/15_cli_args.ipynb #f3e42ce9
 def fetch_verified(
     url:str,                 # http(s):// or file:// address
     dest,                    # the file to write
@@ -239,24 +277,7 @@ def fetch_verified(
     timeout:float=60,        # seconds for the request
 )->Path:                     # `dest`
     "Download `url` to `dest` if its SHA-256 matches; a failed download leaves no file and no new folder behind"
-    import hashlib, urllib.request
-    dest = Path(dest)
-    made = [p for p in dest.parents if not p.exists()]   # folders this call creates
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with urllib.request.urlopen(url, timeout=timeout) as r: data = r.read()
-        except OSError as e: raise OSError(f"could not download {url}: {e}") from None
-        got = hashlib.sha256(data).hexdigest()
-        if sha256 is not None and got != sha256:
-            raise ValueError(f"checksum mismatch for {dest.name} from {url}: expected sha256 {sha256}, got {got}")
-        atomic_write(dest, data)     # never a half-written file under the real name
-    except BaseException:
-        for folder in made:          # innermost first; a folder that holds anything stays
-            try: folder.rmdir()
-            except OSError: break
-        raise
-    return dest
+    return fetch_all([(url, dest, sha256)], timeout)[0]
 
 # %% ../nbs/15_cli_args.ipynb #d091391c
 def decode_text(

@@ -8,7 +8,7 @@ Docs: https://rope-lit.github.io/rope_lit/mt_data.html.md"""
 from __future__ import annotations
 import gzip, hashlib, os, random
 from pathlib import Path
-from ..cli_args import fetch_verified, decode_text
+from ..cli_args import fetch_all, decode_text
 import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch import Tensor
@@ -153,15 +153,17 @@ def download_multi30k(
     files:list[str]|None=None,         # file names to fetch (default: the keys of `checksums`)
     timeout:float=60,                  # seconds per request
 )->Path:                               # `cache_dir`
-    "Download the raw Multi30k files into `cache_dir`, verify their checksums, keep verified files"
+    "Download the raw Multi30k files into `cache_dir` and verify their checksums: all of them land, or none does"
     cache_dir = Path(cache_dir)
     files = list(files if files is not None else (checksums or {}))
     if not files: raise ValueError("files must name at least one file when checksums is None")
     if not base_url.endswith('/'): base_url += '/'
+    todo = []
     for name in files:
         dest, want = cache_dir/name, (checksums or {}).get(name)
-        if dest.is_file() and (want is None or sha256(dest) == want): continue
-        fetch_verified(base_url + name, dest, want, timeout)   # verified, whole, or nothing left behind
+        if dest.is_file() and (want is None or sha256(dest) == want): continue   # already there and verified
+        todo.append((base_url + name, dest, want))
+    if todo: fetch_all(todo, timeout)   # every file verified, then all written; a failure changes nothing
     return cache_dir
 
 # %% ../../nbs/10_mt_data.ipynb #0aab495e

@@ -825,6 +825,7 @@ def train(
             elif main and not resume: _undo_new_run(run_dir, made, held)   # a new run that never started leaves nothing
             raise
         st = dict(epoch=0, batch=0, step=0, tokens=0, train_seconds=0.0)
+        window = dict(log_loss=0.0, log_targets=0)   # loss and target tokens since the last train record
         if resume:
             ck = read_checkpoint(ck_path, map_location=device)
             check_same_run(ck, cfg, ck_path, run_dir)   # the checkpoint's settings must be this run's, up to its length
@@ -835,8 +836,9 @@ def train(
             try:   # a checkpoint of another run, or damaged: one line, and nothing in the run folder changed
                 model.load_state_dict(ck['model']); load_optimizer_state(opt, ck['optimizer']); sched.load_state_dict(ck['scheduler'])
                 st = {k: ck['state'][k] for k in ('epoch', 'batch', 'step', 'tokens', 'train_seconds')}
-                for k, v in st.items():   # counters, read before anything in the run folder changes
-                    if isinstance(v, bool) or not isinstance(v, (int, float) if k == 'train_seconds' else int) \
+                window = {k: ck['state'].get(k, 0) for k in window}   # (older checkpoints: none)
+                for k, v in (st | window).items():   # counters, read before anything in the run folder changes
+                    if isinstance(v, bool) or not isinstance(v, (int, float) if k in ('train_seconds', 'log_loss') else int) \
                             or not 0 <= v < math.inf:
                         raise ValueError(f"its state's {k} is {v!r}, not a number >= 0")
                 set_rng_state(ck['rng'][rank] if isinstance(ck['rng'], list) else ck['rng'])
@@ -892,7 +894,7 @@ def train(
             else: rngs = [rng_state()]
             still_held()
             if main: atomic_save(dict(model=model.state_dict(), optimizer=opt.state_dict(), scheduler=sched.state_dict(),
-                                      state=dict(st), rng=rngs, **run_ids), ck_path)
+                                      state=dict(st, log_loss=float(lsum), log_targets=ntgt), rng=rngs, **run_ids), ck_path)
             replaced()
             if main and resume and st['step'] != saved['step']:   # new final weights: the old ones' scores no longer hold
                 _remove(run_dir, [f.name for f in final_weight_files(run_dir)])
@@ -912,6 +914,7 @@ def train(
             net = model
             if world > 1: net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == 'cuda' else None)
             fwd = torch.compile(net, dynamic=True) if cfg.compile else net
+            ntgt, lsum = window['log_targets'], window['log_loss']   # a resumed run goes on with its record's window
             with _signals_to(received):   # until the last checkpoint is written, a signal only stops the loop
                 stopped, n_micro = out_of_time(), 1
                 while st['epoch'] < cfg.epochs and not stopped:
@@ -922,7 +925,7 @@ def train(
                     if tqdm is not None and progress and main:
                         bar = tqdm(total=n_micro // cfg.accum_steps, initial=st['batch'] // cfg.accum_steps, desc=f"epoch {st['epoch']+1}",
                                    leave=False, file=sys.stderr)
-                    net.train(); t0 = t_last = time.time(); ntok, ntgt, lsum = 0, 0, 0.0
+                    net.train(); t0 = t_last = time.time(); ntok = 0
                     while st['batch'] < n_micro:
                         group = batches[st['batch']:st['batch'] + cfg.accum_steps]
                         data = [collate([train_ex[i] for i in b]) for b in group]
