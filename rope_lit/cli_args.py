@@ -11,7 +11,7 @@ __all__ = ['Parser', 'number', 'number_list', 'options_table', 'require', 'memor
            'own_folder', 'stop_signals_as_interrupt']
 
 # %% ../nbs/15_cli_args.ipynb #4a75b36f
-import argparse, contextlib, math, os, re, secrets, signal, stat, threading
+import argparse, contextlib, math, os, re, secrets, shutil, signal, stat, threading
 from pathlib import Path
 
 # %% ../nbs/15_cli_args.ipynb #febef17f
@@ -234,40 +234,69 @@ def refuse_overwrite(
 # %% ../nbs/15_cli_args.ipynb #c20c6f31
 def fetch_all(
     items:list,              # (url, dest, sha256) per file: http(s):// or file:// address, the file to write,
-                             # its expected SHA-256 (None: not checked)
+                             # its expected SHA-256 as 64 hex digits (None: not checked)
     timeout:float=60,        # seconds for each request
 )->list[Path]:               # the files written
     "Download and check every file, then write them all; a call that fails leaves all files and folders as they were"
     import hashlib, urllib.request
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
+        raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+    plan = []                                # (url, dest, sha256, the file written: a link's target)
+    for item in items:                       # every argument checked before anything is fetched or written
+        if not (isinstance(item, (tuple, list)) and len(item) == 3):
+            raise ValueError(f"items must hold (url, dest, sha256) triples, got {item!r}")
+        url, dest, want = item
+        if not (isinstance(url, str) and url.startswith(('http://', 'https://', 'file://'))):
+            raise ValueError(f"url must be an http://, https:// or file:// address, got {url!r}")
+        if not (isinstance(want, str) and re.fullmatch('[0-9a-fA-F]{64}', want)) and want is not None:
+            raise ValueError(f"sha256 must be 64 hex digits or None, got {want!r}")
+        if not isinstance(dest, (str, os.PathLike)) or not str(dest).strip():
+            raise ValueError(f"dest must name a file, got {dest!r}")
+        dest = Path(dest); check_no_detour(dest, f"dest {dest}")
+        if (why := _write_refusal(dest)) is not None: raise PermissionError(f"{why}: not replaced")
+        target = dest.resolve() if dest.is_symlink() else dest   # where atomic_write writes
+        if target.is_dir(): raise IsADirectoryError(f"dest {dest} is a folder, not a file")
+        plan.append((url, dest, want and want.lower(), target))
     got = []
-    for url, dest, want in items:            # everything read and checked before anything is written
+    for url, dest, want, target in plan:     # everything read and checked before anything is written
         try:
             with urllib.request.urlopen(url, timeout=timeout) as r: data = r.read()
         except OSError as e: raise OSError(f"could not download {url}: {e}") from None
         digest = hashlib.sha256(data).hexdigest()
         if want is not None and digest != want:
-            raise ValueError(f"checksum mismatch for {Path(dest).name} from {url}: "
+            raise ValueError(f"checksum mismatch for {dest.name} from {url}: "
                              f"expected sha256 {want}, got {digest}")
-        got.append((Path(dest), data))
-    made = {p for dest, _ in got for p in dest.parents if not p.exists()}   # folders this call creates
-    done = []                                # (file written, its bytes before: None if it was not there)
+        got.append((dest, target, data))
+    made = {p for dest, target, _ in got for p in (*dest.parents, *target.parents) if not p.exists()}
+    kept, pending = [], None                 # (file, the old one under another name: None if there was none)
     try:
-        for dest, data in got:
-            target = dest.resolve() if dest.is_symlink() else dest   # where atomic_write writes
-            before = target.read_bytes() if target.is_file() else None
+        for dest, target, data in got:
+            if target.is_file():             # the old file itself (contents, owner, times) until all are written
+                pending = target.with_name(f".{target.name}.{secrets.token_hex(4)}.old")
+                try: os.link(target, pending)
+                except OSError: shutil.copy2(target, pending)   # (a file system without hard links)
+            kept.append((target, pending)); pending = None
             atomic_write(dest, data)         # never a half-written file under the real name
-            done.append((target, before))
-    except BaseException:
-        for target, before in reversed(done):   # put back what was there
+    except BaseException as e:
+        lost = []
+        if pending is not None: pending.unlink(missing_ok=True)   # a copy cut short
+        for target, aside in reversed(kept):   # put back what was there
             try:
-                if before is None: target.unlink(missing_ok=True)
-                else: atomic_write(target, before)
-            except OSError: pass
+                if aside is None: target.unlink(missing_ok=True)
+                else: os.replace(aside, target); aside.unlink(missing_ok=True)   # (a link to the same file stays)
+            except OSError as err: lost.append(f"{target} ({err.strerror or err})")
         for folder in sorted(made, key=lambda p: len(p.parts), reverse=True):   # innermost first
             try: folder.rmdir()
             except OSError: pass             # one that holds anything stays
+        if lost:                             # said, not hidden behind the first error
+            note = f"and could not put back {', '.join(lost)}"
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            if isinstance(e, Exception): raise OSError(f"{first}; {note}") from e
+            e.add_note(note)                 # (an interrupt stays an interrupt)
         raise
-    return [dest for dest, _ in got]
+    for _, aside in kept:
+        if aside is not None: aside.unlink(missing_ok=True)
+    return [dest for dest, _, _ in got]
 
 # %% ../nbs/15_cli_args.ipynb #f3e42ce9
 def fetch_verified(

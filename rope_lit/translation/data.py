@@ -155,8 +155,15 @@ def download_multi30k(
 )->Path:                               # `cache_dir`
     "Download the raw Multi30k files into `cache_dir` and verify their checksums: all of them land, or none does"
     cache_dir = Path(cache_dir)
+    if files is not None and (isinstance(files, str) or not all(isinstance(f, str) for f in files)):
+        raise ValueError(f"files must be a list of file names, got {files!r}")
     files = list(files if files is not None else (checksums or {}))
     if not files: raise ValueError("files must name at least one file when checksums is None")
+    for name in files:
+        if name in ('', '.', '..') or '/' in name or os.sep in name:
+            raise ValueError(f"files must be plain file names (no folders), got {name!r}")
+        if checksums is not None and name not in checksums:
+            raise ValueError(f"files: {name!r} has no checksum in checksums (checksums=None skips every check)")
     if not base_url.endswith('/'): base_url += '/'
     todo = []
     for name in files:

@@ -841,6 +841,11 @@ def train(
                     if isinstance(v, bool) or not isinstance(v, (int, float) if k in ('train_seconds', 'log_loss') else int) \
                             or not 0 <= v < math.inf:
                         raise ValueError(f"its state's {k} is {v!r}, not a number >= 0")
+                loss, n = window['log_loss'], window['log_targets']   # a float32 sum, and a count it can be over
+                if loss >= 3.4e38 or n >= 2**53 or (loss == 0) != (n == 0):
+                    shown = lambda v: repr(v) if len(repr(v)) <= 20 else repr(v)[:16] + '…'
+                    raise ValueError(f"its state's log_loss {shown(loss)} and log_targets {shown(n)} are not a loss "
+                                     "sum and its number of target tokens")
                 set_rng_state(ck['rng'][rank] if isinstance(ck['rng'], list) else ck['rng'])
             except (KeyError, IndexError, TypeError, ValueError, RuntimeError, AttributeError) as e:
                 raise ValueError(f"checkpoint {ck_path} cannot be resumed by this run ({first_detail(e)}): restore it from a copy, "
@@ -938,7 +943,8 @@ def train(
                         ck_now = cfg.checkpoint_every and st['step'] % cfg.checkpoint_every == 0
                         if st['step'] % cfg.log_every == 0 or st['batch'] >= n_micro or stopped or ck_now:
                             diverged('training loss', math.isfinite(float(lsum)))
-                        if st['step'] % cfg.log_every == 0 or st['batch'] >= n_micro or stopped:
+                        due = st['step'] % cfg.log_every == 0 or st['batch'] >= n_micro   # a record ends its window
+                        if due or stopped:   # (a stop writes one too, and a resumed run goes on with the window)
                             if device.type == 'cuda': torch.cuda.synchronize()
                             dt = max(time.time() - t0, 1e-9)
                             if main:
@@ -947,7 +953,7 @@ def train(
                                            seconds=round(st['train_seconds'], 1))
                                 still_held(); _log(metrics, rec)
                                 if bar: bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=rec['tokens_per_s'])
-                            t0, ntok, ntgt, lsum = time.time(), 0, 0, 0.0; t_last = max(t_last, t0)
+                            if due: t0, ntok, ntgt, lsum = time.time(), 0, 0, 0.0; t_last = max(t_last, t0)
                         if ck_now: save()
                         if stopped: break
                     if bar: bar.close()
