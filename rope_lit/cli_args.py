@@ -176,9 +176,9 @@ def atomic_write(
     path = Path(path).resolve() if Path(path).is_symlink() else Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}{path.suffix}"
-    # created as open() creates a file (mode 0o666 less the umask), or with the old file's mode
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
+    fd = None
+    try:   # created as open() creates a file (mode 0o666 less the umask), or with the old file's mode
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(fd, 'wb') as f:
             if data is not None: f.write(data.encode('utf-8') if isinstance(data, str) else data)
         if write is not None: write(tmp)
@@ -187,7 +187,7 @@ def atomic_write(
         with open(tmp, 'rb+') as f: os.fsync(f.fileno())    # the contents on disk before the name
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp): os.remove(tmp)
+        if fd is not None and os.path.exists(tmp): os.remove(tmp)   # (fd None: the name was not this call's)
         raise
     return path
 
@@ -232,6 +232,20 @@ def refuse_overwrite(
                  "--overwrite to replace them, or choose another --out")
 
 # %% ../nbs/15_cli_args.ipynb #c20c6f31
+def _kept_aside(target:Path)->Path:
+    "A new second name for the file `target`, beside it: a hard link (a copy where there are none)"
+    while True:
+        aside = target.with_name(f".{target.name}.{secrets.token_hex(4)}.old")
+        try: os.link(target, aside); return aside
+        except FileExistsError: continue                # (taken: another name)
+        except OSError: pass                            # no hard links here
+        try: dst = open(aside, 'xb')                    # created by this call, or not at all
+        except FileExistsError: continue
+        try:
+            with dst, open(target, 'rb') as src: shutil.copyfileobj(src, dst)
+            shutil.copystat(target, aside); return aside
+        except BaseException: aside.unlink(missing_ok=True); raise
+
 def fetch_all(
     items:list,              # (url, dest, sha256) per file: http(s):// or file:// address, the file to write,
                              # its expected SHA-256 as 64 hex digits (None: not checked)
@@ -241,6 +255,8 @@ def fetch_all(
     import hashlib, urllib.request
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
         raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+    if not isinstance(items, (list, tuple)):
+        raise ValueError(f"items must be a list of (url, dest, sha256) triples, got {items!r}")
     plan = []                                # (url, dest, sha256, the file written: a link's target)
     for item in items:                       # every argument checked before anything is fetched or written
         if not (isinstance(item, (tuple, list)) and len(item) == 3):
@@ -250,39 +266,43 @@ def fetch_all(
             raise ValueError(f"url must be an http://, https:// or file:// address, got {url!r}")
         if not (isinstance(want, str) and re.fullmatch('[0-9a-fA-F]{64}', want)) and want is not None:
             raise ValueError(f"sha256 must be 64 hex digits or None, got {want!r}")
-        if not isinstance(dest, (str, os.PathLike)) or not str(dest).strip():
+        if not isinstance(dest, (str, os.PathLike)) or not str(dest).strip() or '\0' in str(dest) \
+                or str(dest).endswith(('/', os.sep)):
             raise ValueError(f"dest must name a file, got {dest!r}")
         dest = Path(dest); check_no_detour(dest, f"dest {dest}")
         if (why := _write_refusal(dest)) is not None: raise PermissionError(f"{why}: not replaced")
         target = dest.resolve() if dest.is_symlink() else dest   # where atomic_write writes
-        if target.is_dir(): raise IsADirectoryError(f"dest {dest} is a folder, not a file")
+        if os.path.lexists(target) and not target.is_file():
+            raise ValueError(f"dest {dest} exists and is not a regular file (a folder, say)")
+        if len(target.name.encode()) + len(target.suffix) + 14 > 255:   # its temporary and kept names too
+            raise ValueError(f"dest {dest}: the file name is too long ({len(target.name.encode())} bytes)")
         plan.append((url, dest, want and want.lower(), target))
+    where = [Path(os.path.abspath(t)) for *_, t in plan]
+    if clash := next((a for a in where for b in where if a in b.parents), None):
+        raise ValueError(f"dest {clash} is a file of this call and a folder of another of its files")
     got = []
     for url, dest, want, target in plan:     # everything read and checked before anything is written
         try:
             with urllib.request.urlopen(url, timeout=timeout) as r: data = r.read()
-        except OSError as e: raise OSError(f"could not download {url}: {e}") from None
+        except (OSError, ValueError) as e: raise OSError(f"could not download {url}: {e}") from None
         digest = hashlib.sha256(data).hexdigest()
         if want is not None and digest != want:
             raise ValueError(f"checksum mismatch for {dest.name} from {url}: "
                              f"expected sha256 {want}, got {digest}")
         got.append((dest, target, data))
     made = {p for dest, target, _ in got for p in (*dest.parents, *target.parents) if not p.exists()}
-    kept, pending = [], None                 # (file, the old one under another name: None if there was none)
+    kept = []                                # (file, the old one under another name: None if there was none)
     try:
         for dest, target, data in got:
-            if target.is_file():             # the old file itself (contents, owner, times) until all are written
-                pending = target.with_name(f".{target.name}.{secrets.token_hex(4)}.old")
-                try: os.link(target, pending)
-                except OSError: shutil.copy2(target, pending)   # (a file system without hard links)
-            kept.append((target, pending)); pending = None
+            # the old file itself (contents, owner, times, other names) until all are written
+            kept.append((target, _kept_aside(target) if target.is_file() else None))
             atomic_write(dest, data)         # never a half-written file under the real name
     except BaseException as e:
         lost = []
-        if pending is not None: pending.unlink(missing_ok=True)   # a copy cut short
         for target, aside in reversed(kept):   # put back what was there
             try:
-                if aside is None: target.unlink(missing_ok=True)
+                if aside is None:
+                    if os.path.lexists(target): target.unlink()   # (not there: never written)
                 else: os.replace(aside, target); aside.unlink(missing_ok=True)   # (a link to the same file stays)
             except OSError as err: lost.append(f"{target} ({err.strerror or err})")
         for folder in sorted(made, key=lambda p: len(p.parts), reverse=True):   # innermost first
@@ -294,8 +314,12 @@ def fetch_all(
             if isinstance(e, Exception): raise OSError(f"{first}; {note}") from e
             e.add_note(note)                 # (an interrupt stays an interrupt)
         raise
-    for _, aside in kept:
-        if aside is not None: aside.unlink(missing_ok=True)
+    stopped = None
+    for _, aside in kept:                    # all written: the old files go, every one even after an interrupt
+        try:
+            if aside is not None: aside.unlink(missing_ok=True)
+        except BaseException as e: stopped = stopped or e
+    if stopped is not None and not isinstance(stopped, OSError): raise stopped
     return [dest for dest, _, _ in got]
 
 # %% ../nbs/15_cli_args.ipynb #f3e42ce9
@@ -305,7 +329,7 @@ def fetch_verified(
     sha256:str|None=None,    # its expected SHA-256; None: not checked
     timeout:float=60,        # seconds for the request
 )->Path:                     # `dest`
-    "Download `url` to `dest` if its SHA-256 matches; a failed download leaves no file and no new folder behind"
+    "Download `url` to `dest` if its SHA-256 matches; a failed download leaves `dest` and its folders as they were"
     return fetch_all([(url, dest, sha256)], timeout)[0]
 
 # %% ../nbs/15_cli_args.ipynb #d091391c

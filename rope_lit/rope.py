@@ -177,20 +177,6 @@ class RotaryEmbedding(nn.Module):
             return frequency_pair_streams(self.rotary_dim, self.mrope_section, self.mrope_interleaved,
                                           self.axial_2d)
 
-    def _apply(self, fn, *args, **kwargs):
-        "After `.to()`/`.cuda()`/`.half()`/`.to_empty()`: keep the new device; θ, streams and tables again"
-        try: super()._apply(fn, *args, **kwargs)
-        except NotImplementedError:               # "Cannot copy out of meta tensor": built on 'meta', weights
-            if not self.inv_freq.is_meta: raise   # loaded with assign=True, then `.to('cpu')`: made anew
-            with torch.device('cpu'):             # (the first buffer failed: nothing was moved)
-                self.inv_freq = self._inv_freq64.clone()
-                self.cos_cached, self.sin_cached = (torch.empty(t.shape) for t in (self.cos_cached, self.sin_cached))
-                if self.pair_streams is not None: self.pair_streams = self._pair_streams_cpu()
-            super()._apply(fn, *args, **kwargs)
-        if self.pair_streams is not None:         # `to_empty` leaves a buffer made on 'meta' unset
-            self.pair_streams = self._pair_streams_cpu().to(self.pair_streams.device)
-        self._build(len(self.cos_cached))
-        return self
 
 # %% ../nbs/02_rope.ipynb #b7c2e4a1
 def _get_backend(self): return self._backend
@@ -252,6 +238,23 @@ for _name in _THETA: setattr(RotaryEmbedding, _name, _fixed(_name, "build a new 
 for _name in _LAYOUT: setattr(RotaryEmbedding, _name, _fixed(_name, "build a new one"))
 
 _PER_CALL = ('_grid_tables', '_plans', '_fast_rows', '_backends')   # caches of kernels and rows: not state
+
+# %% ../nbs/02_rope.ipynb #eb412248
+@patch
+def _apply(self:RotaryEmbedding, fn, *args, **kwargs):
+    "After `.to()`/`.cuda()`/`.half()`/`.to_empty()`: keep the new device; θ, streams and tables again"
+    try: nn.Module._apply(self, fn, *args, **kwargs)
+    except NotImplementedError:               # "Cannot copy out of meta tensor": built on 'meta', weights
+        if not self.inv_freq.is_meta: raise   # loaded with assign=True, then `.to('cpu')`: made anew
+        with torch.device('cpu'):             # (the first buffer failed: nothing was moved)
+            self.inv_freq = self._inv_freq64.clone()
+            self.cos_cached, self.sin_cached = (torch.empty(t.shape) for t in (self.cos_cached, self.sin_cached))
+            if self.pair_streams is not None: self.pair_streams = self._pair_streams_cpu()
+        nn.Module._apply(self, fn, *args, **kwargs)
+    if self.pair_streams is not None:         # `to_empty` leaves a buffer made on 'meta' unset
+        self.pair_streams = self._pair_streams_cpu().to(self.pair_streams.device)
+    self._build(len(self.cos_cached))
+    return self
 
 # %% ../nbs/02_rope.ipynb #089b344b
 @patch

@@ -155,6 +155,7 @@ def download_multi30k(
 )->Path:                               # `cache_dir`
     "Download the raw Multi30k files into `cache_dir` and verify their checksums: all of them land, or none does"
     cache_dir = Path(cache_dir)
+    if not isinstance(base_url, str): raise ValueError(f"base_url must be a str (an address), got {base_url!r}")
     if files is not None and (isinstance(files, str) or not all(isinstance(f, str) for f in files)):
         raise ValueError(f"files must be a list of file names, got {files!r}")
     files = list(files if files is not None else (checksums or {}))
@@ -168,7 +169,7 @@ def download_multi30k(
     todo = []
     for name in files:
         dest, want = cache_dir/name, (checksums or {}).get(name)
-        if dest.is_file() and (want is None or sha256(dest) == want): continue   # already there and verified
+        if dest.is_file() and (want is None or sha256(dest) == want.lower()): continue   # there and verified
         todo.append((base_url + name, dest, want))
     if todo: fetch_all(todo, timeout)   # every file verified, then all written; a failure changes nothing
     return cache_dir
