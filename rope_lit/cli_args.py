@@ -11,7 +11,7 @@ __all__ = ['Parser', 'number', 'number_list', 'options_table', 'require', 'memor
            'own_folder', 'stop_signals_as_interrupt']
 
 # %% ../nbs/15_cli_args.ipynb #4a75b36f
-import argparse, contextlib, math, os, re, secrets, shutil, signal, stat, threading
+import argparse, contextlib, math, os, re, secrets, shutil, signal, stat, sys, threading
 from pathlib import Path
 
 # %% ../nbs/15_cli_args.ipynb #febef17f
@@ -312,7 +312,8 @@ def fetch_all(
             note = f"and could not put back {', '.join(lost)}"
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
             if isinstance(e, Exception): raise OSError(f"{first}; {note}") from e
-            e.add_note(note)                 # (an interrupt stays an interrupt)
+            if hasattr(e, 'add_note'): e.add_note(note)   # (an interrupt stays an interrupt)
+            else: print(f"fetch_all: {note}", file=sys.stderr)   # (Python 3.10: no notes)
         raise
     stopped = None
     for _, aside in kept:                    # all written: the old files go, every one even after an interrupt
