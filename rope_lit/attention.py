@@ -49,8 +49,8 @@ class KVCache:
     @property
     def values(self)->Tensor|None: return None if self._v is None else self._v[:, :, :self.length]
 
-    def _reserve(self, k:Tensor, v:Tensor)->int:
-        "Room for `k`'s new positions (doubling the storage when full); return the new length"
+    def _room(self, k:Tensor, v:Tensor)->tuple[int, Tensor, Tensor]:
+        "The new length and storage with room for `k`'s new positions (the cache's own, or twice as large)"
         for name, t in (('k', k), ('v', v)):
             if not isinstance(t, Tensor) or t.ndim != 4:
                 raise ValueError(f"{name} must be a 4-d tensor (batch, kv_heads, new, .), got "
@@ -65,21 +65,20 @@ class KVCache:
             raise TypeError(f"cache holds {self._k.dtype} keys and {self._v.dtype} values on {self._k.device}, "
                             f"cannot append {k.dtype} and {v.dtype} on {k.device}")
         need = self.length + k.shape[2]
-        if self._k is None or need > self._k.shape[2]:          # grow: double the capacity
-            capacity = max(need, 2 * (0 if self._k is None else self._k.shape[2]), 16)
-            new_k = k.new_empty(k.shape[:2] + (capacity, k.shape[3]))
-            new_v = v.new_empty(v.shape[:2] + (capacity, v.shape[3]))
-            if self.length:
-                new_k[:, :, :self.length] = self.keys; new_v[:, :, :self.length] = self.values
-            self._k, self._v = new_k, new_v
-        return need
+        if self._k is not None and need <= self._k.shape[2]: return need, self._k, self._v
+        capacity = max(need, 2 * (0 if self._k is None else self._k.shape[2]), 16)   # grow: double the capacity
+        new_k = k.new_empty(k.shape[:2] + (capacity, k.shape[3]))
+        new_v = v.new_empty(v.shape[:2] + (capacity, v.shape[3]))
+        if self.length:
+            new_k[:, :, :self.length] = self.keys; new_v[:, :, :self.length] = self.values
+        return need, new_k, new_v   # the cache takes them once the new positions are written
 
     def append(self, k:Tensor, v:Tensor)->tuple[Tensor, Tensor]:
         "Store new keys/values (batch, kv_heads, new, head_dim); return all keys and values so far"
-        need = self._reserve(k, v)
-        self._k[:, :, self.length:need] = k
-        self._v[:, :, self.length:need] = v
-        self.length = need
+        need, ks, vs = self._room(k, v)
+        ks[:, :, self.length:need] = k   # (past `length`: nothing the cache holds yet)
+        vs[:, :, self.length:need] = v
+        self._k, self._v, self.length = ks, vs, need
         return self.keys, self.values
 
     def reorder(self, indices:Tensor)->KVCache:
@@ -109,6 +108,8 @@ def append_rotated(self:KVCache,
 )->tuple[Tensor, Tensor, Tensor]: # q rotated, all keys and all values so far
     "Rotate `q` and `k` at their positions and store `k`, `v`, in one pass"
     from rope_lit.kernels import rotary_append
+    if not isinstance(rotary, RotaryEmbedding):
+        raise TypeError(f"rotary must be a RotaryEmbedding, got {type(rotary).__name__}")
     if rotary.pair_streams is not None:   # M-RoPE, 2-D: positions per stream; the module rotates, then a copy
         if rotary.seq_dim != 2:
             raise ValueError(f"append_rotated takes (batch, heads, new, head_dim) tensors: the rotary module needs "
@@ -117,10 +118,10 @@ def append_rotated(self:KVCache,
         return (q, *self.append(k, v))
     cos, sin = rotary.cos_sin(q.shape[2], positions, offset, q.shape[0], q.device, q.dtype)
     if cos.ndim == 2: cos, sin = cos[None], sin[None]     # (1, new, r/2): rows of the new tokens
-    need = self._reserve(k, v)
-    q = rotary_append(q, k, v, self._k, self._v, cos, sin, self.length,
+    need, ks, vs = self._room(k, v)   # the cache changes only once the kernel has written
+    q = rotary_append(q, k, v, ks, vs, cos, sin, self.length,
                       interleaved=rotary.interleaved, backend=rotary.backend_for(q.device.type))
-    self.length = need
+    self._k, self._v, self.length = ks, vs, need
     return q, self.keys, self.values
 
 # %% ../nbs/03_attention.ipynb #f176702a

@@ -103,7 +103,7 @@ def rotary_qk_native(
     if isinstance(offset, Tensor): check_offset_tensor(offset, q.shape[0])
     offsets, shift = (offset, 0) if isinstance(offset, Tensor) else (None, _int64(offset))
     try:
-        if inplace: check_disjoint(q, k)      # the C++ check gives up on views that are not dense
+        if inplace: check_disjoint(q, k, reads=dict(cos=cos, sin=sin))   # C++ gives up on views not dense
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
             qo, ko = ext.rotary_qk_autograd(q, k, cos, sin, positions, offsets, shift,
                                             bool(interleaved))
@@ -111,6 +111,8 @@ def rotary_qk_native(
         qo, ko = ext.rotary_qk_forward(q, k, cos, sin, positions, offsets, shift, bool(interleaved), False,
                                bool(inplace))
         return qo, ko
+    except IndexError as e:   # C++'s range checks: the same error class as every other backend's
+        raise PositionError(str(e).splitlines()[0]) from None
     except RuntimeError:   # torch.func's tensors have no memory; a forward-mode tangent: the plain formula
         if all(map(kernel_readable, (q, k, cos, sin))): raise
         check_qk_args(q, k, cos, sin, positions, inplace, interleaved)
@@ -253,13 +255,15 @@ def rotary_append_native(
         return rotary_append_eager(q, k, v, k_cache, v_cache, cos, sin, offset, positions,
                                    interleaved, rotate=rotary_qk_native)
     if all(isinstance(t, Tensor) and t.dim() == 4 for t in (q, k, v, k_cache, v_cache)):
-        check_caches_apart(q, k, v, k_cache, v_cache)   # C++ gives up on strided views, and reads no aliases
+        check_caches_apart(q, k, v, k_cache, v_cache, cos, sin)   # C++ gives up on strided views, and reads no aliases
     if positions is not None: check_position_dtype(positions)   # int32 or int64, as for every backend
     if isinstance(offset, Tensor) and isinstance(q, Tensor): check_offset_tensor(offset, q.shape[0])
     offsets, shift = (offset, 0) if isinstance(offset, Tensor) else (None, _int64(offset))
     try:
         return ext.rotary_append(q, k, v, k_cache, v_cache, cos, sin, positions, offsets, shift,
                                  bool(interleaved))
+    except IndexError as e:   # C++'s range checks: the same error class as every other backend's
+        raise PositionError(str(e).splitlines()[0]) from None
     except RuntimeError:   # a forward-mode tangent, or torch.func's tensors: rotate, then copy
         if all(map(kernel_readable, (q, k, v, k_cache, v_cache, cos, sin))): raise
         return rotary_append_eager(q, k, v, k_cache, v_cache, cos, sin, offset, positions,

@@ -50,9 +50,10 @@ def _check_even(name, value, upper=None):
     return value
 
 # %% ../nbs/02_rope.ipynb #81b02e0c
-def _check_attention_factor(a):
+def _check_attention_factor(a, none_ok:bool=False):
+    "`a` as a float, or a one-line ValueError (saying None is allowed where it is: the constructor's default)"
     if isinstance(a, bool) or not isinstance(a, (int, float)) or not math.isfinite(a) or a <= 0:
-        raise ValueError(f"attention_factor must be None or a positive finite number, got {a!r}")
+        raise ValueError(f"attention_factor must be {'None or ' if none_ok else ''}a positive finite number, got {a!r}")
     return float(a)
 
 # %% ../nbs/02_rope.ipynb #6b985f0c
@@ -85,7 +86,7 @@ def _check_rotary_embedding_args(dim, rotary_dim, max_seq_len, seq_dim, backend,
                      ('seq_len', "RotaryEmbedding takes each call's length as the current length")):
         if scaling_options and key in scaling_options:
             raise ValueError(f"scaling_options must not hold {key!r}: {why}")
-    if attention_factor is not None: _check_attention_factor(attention_factor)
+    if attention_factor is not None: _check_attention_factor(attention_factor, none_ok=True)
     if axial_2d and scaling is not None:
         raise ValueError(f"axial_2d=True takes no scaling variant (they stretch one long axis), got scaling={scaling!r}")
 

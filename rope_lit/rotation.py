@@ -15,7 +15,7 @@ from torch.autograd import forward_ad
 __all__ = ['rotate_complex', 'complex_viewable', 'apply_rotary', 'rotary_cos_sin', 'check_writable', 'apply_rotary_',
            'PositionError', 'check_position_dtype', 'shape_is', 'check_table_rows', 'gather_table_rows', 'check_flag',
            'check_tables', 'check_qk_args', 'rotary_qk', 'check_disjoint', 'check_caches_apart', 'check_offset_tensor',
-           'offset_rows', 'table_rows', 'kernel_readable', 'traced_offset', 'check_append_args']
+           'int_offset', 'offset_rows', 'table_rows', 'kernel_readable', 'traced_offset', 'check_append_args']
 
 # %% ../nbs/01a_rotation.ipynb #5d0a4546
 def _check_rotary_inputs(x, cos, sin, name='x'):
@@ -136,6 +136,12 @@ def apply_rotary_(x:Tensor, cos:Tensor, sin:Tensor, interleaved=False)->Tensor:
     "In-place `apply_rotary`: rotates `x` itself and returns it (no autograd through it)"
     rotary_dim = _check_rotary_inputs(x, cos, sin)
     check_writable(x, 'x')                      # shared elements would be rotated twice
+    for name, t in (('cos', cos), ('sin', sin)):  # a table in x's memory would change while it is read
+        if (x.numel() and t.numel() and t.device == x.device and x.device.type != 'meta'
+                and not torch.compiler.is_compiling()
+                and t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()):
+            raise ValueError(f"{name} is a view of x's memory, which this call writes: pass {name} as a tensor "
+                             "of its own (e.g. a clone)")
     if x.dtype not in (torch.float32, torch.float64):
         return x.copy_(apply_rotary(x, cos, sin, interleaved))
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
@@ -253,7 +259,7 @@ def check_qk_args(q, k, cos, sin, positions, inplace, interleaved=False):
         raise ValueError(f"positions must be (seq,) or (batch, seq) = ({S},) or ({B}, {S}), got {list(positions.shape)}")
     if positions is None and cos.shape[-2] < S:
         raise PositionError(f"cos/sin hold {cos.shape[-2]} positions but q has seq length {S}")
-    if inplace: check_disjoint(q, k)        # shared memory would be rotated twice
+    if inplace: check_disjoint(q, k, reads=dict(cos=cos, sin=sin))   # shared memory would be rotated twice
 
 # %% ../nbs/01a_rotation.ipynb #b22a7275
 def rotary_qk(
@@ -311,6 +317,7 @@ def check_disjoint(
     q:Tensor,   # written in place
     k:Tensor,   # written in place too
     names=('q', 'k'), # what to call them in the message
+    reads:dict|None=None, # name -> tensor read while q and k are written (cos and sin, say)
 ):
     "Raise a one-line ValueError unless `q` and `k` can both be written in place, checked before either is written"
     for name, t in zip(names, (q, k)): check_writable(t, name)
@@ -318,11 +325,17 @@ def check_disjoint(
         raise ValueError(f"{names[0]} and {names[1]} share memory, so writing both in place would write the "
                          f"shared elements twice: pass {names[0]} and {names[1]} that do not overlap"
                          + (" (or inplace=False)" if names == ('q', 'k') else ""))
+    for name, t in (reads or {}).items():   # read after some of it was written: numbers of the wrong rotation
+        for written, w in zip(names, (q, k)):
+            if _share_memory(t, w):
+                raise ValueError(f"{name} shares memory with {written}, which this call writes: "
+                                 f"pass {name} as a tensor of its own (e.g. a clone)")
 
-def check_caches_apart(q:Tensor, k:Tensor, v:Tensor, k_cache:Tensor, v_cache:Tensor):
-    "Raise a one-line ValueError unless the caches can be written in place while q, k and v are read"
+def check_caches_apart(q:Tensor, k:Tensor, v:Tensor, k_cache:Tensor, v_cache:Tensor, cos=None, sin=None):
+    "Raise a one-line ValueError unless the caches can be written in place while q, k, v, cos and sin are read"
     check_disjoint(k_cache, v_cache, ('k_cache', 'v_cache'))
-    for name, t in (('q', q), ('k', k), ('v', v)):
+    for name, t in (('q', q), ('k', k), ('v', v), ('cos', cos), ('sin', sin)):
+        if t is None: continue
         for cache_name, cache in (('k_cache', k_cache), ('v_cache', v_cache)):
             if _share_memory(t, cache):
                 raise ValueError(f"{name} shares memory with {cache_name}, which this call writes: "
@@ -336,12 +349,23 @@ def check_offset_tensor(offset:Tensor, batch:int):
         raise ValueError(f"offset must be an int or an integer tensor of shape (batch,) = ({batch},), "
                          f"got shape {tuple(offset.shape)}")
 
+def int_offset(offset):
+    "An int `offset` (numpy's integers too; one traced by torch.compile stays symbolic), or a TypeError naming it"
+    if isinstance(offset, torch.SymInt) or (torch.compiler.is_compiling() and type(offset) is int): return offset
+    try:
+        if isinstance(offset, bool): raise TypeError
+        return operator.index(offset)
+    except TypeError:
+        raise TypeError(f"offset must be an int or an integer tensor of shape (batch,), "
+                        f"got {type(offset).__name__}") from None
+
 def offset_rows(q, cos, sin, positions, offset):
     "Fold an int `offset` into `positions` or a slice of the table; a tensor offset stays a (batch,) tensor"
     if isinstance(offset, Tensor) and offset.device.type == 'meta' and q.device.type != 'meta':
         raise ValueError(f"offset is on the meta device, which holds no values: give it on {q.device}")
     if isinstance(offset, Tensor): check_offset_tensor(offset, q.shape[0])
     if offset is None or isinstance(offset, Tensor): return cos, sin, positions, offset
+    offset = int_offset(offset)
     if positions is not None:
         if not -2**62 <= offset <= 2**62:   # then int64 positions + offset cannot wrap around into a row
             raise PositionError(f"offset {offset} is outside every cos/sin table")
@@ -394,8 +418,8 @@ def check_append_args(q, k, v, k_cache, v_cache, cos, sin, positions, offset, in
                         + ", ".join(str(t.dtype) for t in (q, k, v, k_cache, v_cache)))
     if k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
         raise ValueError("the caches need a contiguous last dimension")
-    check_caches_apart(q, k, v, k_cache, v_cache)
     check_tables(cos, sin)
+    check_caches_apart(q, k, v, k_cache, v_cache, cos, sin)
     if not (cos.dim() == 2 or (cos.dim() == 3 and positions is None
                                and cos.shape[0] in (1, B) and cos.shape[1] == S)):
         raise ValueError("cos must be a (table_len, r/2) table, or (batch, seq, r/2) rows "
@@ -416,7 +440,7 @@ def check_append_args(q, k, v, k_cache, v_cache, cos, sin, positions, offset, in
         check_offset_tensor(offset, B)
         offsets, shift, first = offset, 0, offset.reshape(B).to('cpu', torch.long)  # a host read
     else:                             # an int: the same checks in plain Python, no tensors
-        offsets, shift = None, offset if traced_offset(offset) else operator.index(offset)
+        offsets, shift = None, 0 if offset is None else int_offset(offset)   # (None: 0, as the native kernel)
         if shift < 0 or shift + S > L:
             raise PositionError(f"offset {shift} of batch row 0: slots {shift}..{shift + S - 1} are "
                                 f"outside the cache of max_len {L}")

@@ -27,10 +27,11 @@ if triton is not None:
                      N_HEADS: tl.constexpr, BLOCK_S: tl.constexpr, R2: tl.constexpr,
                      BLOCK_R2: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_PASS: tl.constexpr,
                      BLOCK_H: tl.constexpr, INTERLEAVED: tl.constexpr, COPY_PASS: tl.constexpr):
-        h = h0 + tl.arange(0, BLOCK_H)
+        h = (h0 + tl.arange(0, BLOCK_H)).to(tl.int64)   # 64-bit offsets: a head or a row may start
+        s64 = s.to(tl.int64)                             # 2**31 elements or more into the tensor
         # the starts of the tile's rows, (BLOCK_H, BLOCK_S, 1), in the input and in the output
-        row_in = x_ptr + b * sb + h[:, None, None] * sh + s[None, :, None] * ss
-        row_out = o_ptr + b * osb + h[:, None, None] * osh + s[None, :, None] * oss
+        row_in = x_ptr + b * sb + h[:, None, None] * sh + s64[None, :, None] * ss
+        row_out = o_ptr + b * osb + h[:, None, None] * osh + s64[None, :, None] * oss
         rows_ok = (h < N_HEADS)[:, None, None] & smask[None, :, None]
         c3, s3 = c[None, :, :], sn[None, :, :]
         if INTERLEAVED:   # one contiguous (…, r) load, viewed as (…, r/2, 2) pairs: even/odd
@@ -249,11 +250,12 @@ if triton is not None:
     def _copy_tile(x_ptr, o_ptr, sb, sh, ss, osb, osh, oss, b, h0, s, smask,
                    N_HEADS: tl.constexpr, BLOCK_H: tl.constexpr, V_DIM: tl.constexpr,
                    BLOCK_V: tl.constexpr):
-        h, f = h0 + tl.arange(0, BLOCK_H), tl.arange(0, BLOCK_V)
+        h, f = (h0 + tl.arange(0, BLOCK_H)).to(tl.int64), tl.arange(0, BLOCK_V)   # 64-bit offsets
+        s64 = s.to(tl.int64)
         m = (h < N_HEADS)[:, None, None] & smask[None, :, None] & (f < V_DIM)[None, None, :]
-        x = tl.load(x_ptr + b * sb + h[:, None, None] * sh + s[None, :, None] * ss
+        x = tl.load(x_ptr + b * sb + h[:, None, None] * sh + s64[None, :, None] * ss
                     + f[None, None, :], mask=m)
-        tl.store(o_ptr + b * osb + h[:, None, None] * osh + s[None, :, None] * oss
+        tl.store(o_ptr + b * osb + h[:, None, None] * osh + s64[None, :, None] * oss
                  + f[None, None, :], x, mask=m)
 
     @triton.jit
