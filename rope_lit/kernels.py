@@ -90,6 +90,7 @@ def rotary_qk_native(
     if torch.compiler.is_compiling():   # a traced graph calls the kernel as the operator below
         if not _NATIVE_POSSIBLE or cos.requires_grad or sin.requires_grad:
             return rotary_qk_compiled(q, k, cos, sin, positions, interleaved, inplace, offset)
+        if inplace: check_disjoint(q, k)   # traced: what can be told without addresses (q is k)
         offsets, shift = (offset, 0) if isinstance(offset, Tensor) else (None, _shift(offset))
         qo, ko = torch.ops.rope_lit.native_rotary_qk(q, k, cos, sin, positions, offsets, shift,
                                                       bool(interleaved), False)

@@ -321,7 +321,7 @@ def check_disjoint(
 ):
     "Raise a one-line ValueError unless `q` and `k` can both be written in place, checked before either is written"
     for name, t in zip(names, (q, k)): check_writable(t, name)
-    if _share_memory(q, k):
+    if q is k or _share_memory(q, k):   # (`is`: also while torch.compile traces, which has no addresses)
         raise ValueError(f"{names[0]} and {names[1]} share memory, so writing both in place would write the "
                          f"shared elements twice: pass {names[0]} and {names[1]} that do not overlap"
                          + (" (or inplace=False)" if names == ('q', 'k') else ""))
