@@ -11,7 +11,7 @@ __all__ = ['CPU_KERNEL_PATH', 'CPU_KERNEL_SOURCE', 'BACKENDS', 'native_kernel', 
            'tile_config', 'triton_rotary', 'rotary_qk_triton', 'rotary_append_triton']
 
 # %% ../nbs/04_kernels.ipynb #7cd199f8
-import functools, itertools, operator, os, shutil, sys, time, warnings
+import functools, itertools, os, shutil, sys, time, warnings
 from pathlib import Path
 from typing import Optional
 import rope_lit
@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 from .rotation import rotary_qk as rotary_qk_eager, complex_viewable, rotate_complex
 from .rotation import check_disjoint, check_qk_args, check_append_args, check_tables, check_flag
-from .rotation import traced_offset
+from .rotation import traced_offset, int_offset
 from .rotation import table_rows, kernel_readable, check_caches_apart, check_offset_tensor
 from .rotation import PositionError, check_position_dtype
 from .compiled import COMPILE_MIN_NUMEL, compile_available, rotary_qk_compiled
@@ -61,11 +61,7 @@ def native_kernel(verbose:bool=False):   # print the compiler's commands and out
 # %% ../nbs/04_kernels.ipynb #2aa0c9b4
 def _int64(offset)->int:
     "An int offset as C++ takes it (numpy integers too), or a one-line error naming `offset`"
-    if offset is None: return 0
-    try: v = operator.index(offset)
-    except TypeError:
-        raise TypeError("offset must be an int or an integer tensor (batch,), "
-                        f"got {type(offset).__name__}") from None
+    v = 0 if offset is None else int_offset(offset)
     if not -2**63 <= v < 2**63:
         raise PositionError(f"offset {v} is outside every cos/sin table and cache (it does not fit in 64 bits)")
     return v

@@ -15,7 +15,7 @@ from torch.autograd import forward_ad
 __all__ = ['rotate_complex', 'complex_viewable', 'apply_rotary', 'rotary_cos_sin', 'check_writable', 'apply_rotary_',
            'PositionError', 'check_position_dtype', 'shape_is', 'check_table_rows', 'gather_table_rows', 'check_flag',
            'check_tables', 'check_qk_args', 'rotary_qk', 'check_disjoint', 'check_caches_apart', 'check_offset_tensor',
-           'int_offset', 'offset_rows', 'table_rows', 'kernel_readable', 'traced_offset', 'check_append_args']
+           'traced_offset', 'int_offset', 'offset_rows', 'table_rows', 'kernel_readable', 'check_append_args']
 
 # %% ../nbs/01a_rotation.ipynb #5d0a4546
 def _check_rotary_inputs(x, cos, sin, name='x'):
@@ -313,6 +313,10 @@ def _share_memory(q:Tensor, k:Tensor)->bool:
         answer = bool(torch.isin(_element_offsets(q), _element_offsets(k) + (b0 - a0) // size).any())
     return answer is not False
 
+def _storage_at(t:Tensor)->tuple|None:
+    "Where `t`'s storage is (device, address), or None for no memory: tensors apart here share none"
+    return None if t.numel() == 0 or t.device.type == 'meta' else (t.device, t.untyped_storage().data_ptr())
+
 def check_disjoint(
     q:Tensor,   # written in place
     k:Tensor,   # written in place too
@@ -325,19 +329,25 @@ def check_disjoint(
         raise ValueError(f"{names[0]} and {names[1]} share memory, so writing both in place would write the "
                          f"shared elements twice: pass {names[0]} and {names[1]} that do not overlap"
                          + (" (or inplace=False)" if names == ('q', 'k') else ""))
-    for name, t in (reads or {}).items():   # read after some of it was written: numbers of the wrong rotation
-        for written, w in zip(names, (q, k)):
-            if _share_memory(t, w):
+    if not reads or torch.compiler.is_compiling(): return   # (traced: no addresses to compare)
+    writes = [(n, w, _storage_at(w)) for n, w in zip(names, (q, k))]
+    for name, t in reads.items():   # read after some of it was written: numbers of the wrong rotation
+        at = _storage_at(t)
+        for written, w, w_at in writes:
+            if at is not None and at == w_at and _share_memory(t, w):
                 raise ValueError(f"{name} shares memory with {written}, which this call writes: "
                                  f"pass {name} as a tensor of its own (e.g. a clone)")
 
 def check_caches_apart(q:Tensor, k:Tensor, v:Tensor, k_cache:Tensor, v_cache:Tensor, cos=None, sin=None):
     "Raise a one-line ValueError unless the caches can be written in place while q, k, v, cos and sin are read"
     check_disjoint(k_cache, v_cache, ('k_cache', 'v_cache'))
+    if torch.compiler.is_compiling(): return              # traced: no addresses to compare
+    caches = [(n, c, _storage_at(c)) for n, c in (('k_cache', k_cache), ('v_cache', v_cache))]
     for name, t in (('q', q), ('k', k), ('v', v), ('cos', cos), ('sin', sin)):
         if t is None: continue
-        for cache_name, cache in (('k_cache', k_cache), ('v_cache', v_cache)):
-            if _share_memory(t, cache):
+        at = _storage_at(t)                               # (one storage read per tensor: a decoding step's host time)
+        for cache_name, cache, cache_at in caches:
+            if at is not None and at == cache_at and _share_memory(t, cache):
                 raise ValueError(f"{name} shares memory with {cache_name}, which this call writes: "
                                  f"pass {name} as a tensor of its own (e.g. a clone)")
 
@@ -349,9 +359,14 @@ def check_offset_tensor(offset:Tensor, batch:int):
         raise ValueError(f"offset must be an int or an integer tensor of shape (batch,) = ({batch},), "
                          f"got shape {tuple(offset.shape)}")
 
+def traced_offset(offset)->bool:
+    "Whether int `offset` is traced by torch.compile: it must stay symbolic (`operator.index` would fix it in a guard)"
+    return isinstance(offset, torch.SymInt) or (torch.compiler.is_compiling() and isinstance(offset, int)
+                                                and not isinstance(offset, bool))
+
 def int_offset(offset):
     "An int `offset` (numpy's integers too; one traced by torch.compile stays symbolic), or a TypeError naming it"
-    if isinstance(offset, torch.SymInt) or (torch.compiler.is_compiling() and type(offset) is int): return offset
+    if traced_offset(offset): return offset
     try:
         if isinstance(offset, bool): raise TypeError
         return operator.index(offset)
@@ -394,11 +409,6 @@ def kernel_readable(t:Tensor)->bool:
     return forward_ad.unpack_dual(t).tangent is None
 
 # %% ../nbs/01a_rotation.ipynb #rotchk5
-def traced_offset(offset)->bool:
-    "Whether int `offset` is traced by torch.compile: it must stay symbolic (`operator.index` would fix it in a guard)"
-    return isinstance(offset, torch.SymInt) or (torch.compiler.is_compiling() and isinstance(offset, int)
-                                                and not isinstance(offset, bool))
-
 def check_append_args(q, k, v, k_cache, v_cache, cos, sin, positions, offset, interleaved=False)->tuple:
     "Raise (the native kernel's messages) unless the arguments fit; return `(offsets, shift)`"
     check_flag('interleaved', interleaved)
