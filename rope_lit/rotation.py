@@ -142,8 +142,8 @@ def apply_rotary_(x:Tensor, cos:Tensor, sin:Tensor, interleaved=False)->Tensor:
                 and t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()):
             raise ValueError(f"{name} is a view of x's memory, which this call writes: pass {name} as a tensor "
                              "of its own (e.g. a clone)")
-    if x.dtype not in (torch.float32, torch.float64):
-        return x.copy_(apply_rotary(x, cos, sin, interleaved))
+    if x.dtype not in (torch.float32, torch.float64) or torch.compiler.is_compiling():
+        return x.copy_(apply_rotary(x, cos, sin, interleaved))   # traced: every element read before any write
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     if (interleaved and rotary_dim == x.shape[-1] and not torch.compiler.is_compiling()
             and complex_viewable(x)):
@@ -277,6 +277,9 @@ def rotary_qk(
     elif cos.shape[-2] > q.shape[2]:   # a longer table: its first rows, as the fused backends read it
         cos, sin = cos[..., :q.shape[2], :], sin[..., :q.shape[2], :]
     if cos.ndim == 3: cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (batch, 1, seq, r/2)
+    if inplace and torch.compiler.is_compiling():   # traced, no addresses: both read before either is written
+        qo, ko = apply_rotary(q, cos, sin, interleaved), apply_rotary(k, cos, sin, interleaved)
+        return q.copy_(qo), k.copy_(ko)
     rotate = apply_rotary_ if inplace else apply_rotary
     return rotate(q, cos, sin, interleaved), rotate(k, cos, sin, interleaved)
 
