@@ -458,10 +458,10 @@ def cos_sin(self:RotaryEmbedding,
         inv_freq = self._dynamic_inv_freq(length, device)
         return self._scaled(*rotary_cos_sin(positions, inv_freq, table_dtype))
     from_table = self.max_seq_len is not None and table_dtype == torch.float32 and not torch.compiler.is_compiling()
-    if from_table and not skip:
-        n = len(self.cos_cached)
+    if from_table and not skip:   # max_seq_len, not the table's length: what an earlier call grew changes nothing
+        n = self.max_seq_len
         checks.append(((positions >= n).any(), f"positions (+ offset) must be < {n}, the rows cached by RotaryEmbedding(max_seq_len="
-                       f"{self.max_seq_len}): build it with a larger max_seq_len, or without one to compute angles on the fly"))
+                       f"{n}): build it with a larger max_seq_len, or without one to compute angles on the fly"))
     _check_values(checks, self.validate_positions)
     if from_table: return self.cos_cached[positions], self.sin_cached[positions]   # already times attention_factor
     return self._scaled(*rotary_cos_sin(positions, self.inv_freq.to(device), table_dtype))
