@@ -90,6 +90,12 @@ def rotary_cos_sin(
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 # %% ../nbs/01a_rotation.ipynb #f4c22d7e
+def _wrapped(t:Tensor)->bool:
+    "Whether `t` is a torch.func wrapper (under vmap, grad, ...): no memory of its own, so no addresses to compare"
+    try: t.untyped_storage()
+    except (RuntimeError, NotImplementedError): return True
+    return False
+
 def _element_offsets(t:Tensor)->Tensor:
     "The memory offset of every element of `t`, in elements from its first"
     at = torch.zeros((), dtype=torch.long)
@@ -136,17 +142,15 @@ def apply_rotary_(x:Tensor, cos:Tensor, sin:Tensor, interleaved=False)->Tensor:
     "In-place `apply_rotary`: rotates `x` itself and returns it (no autograd through it)"
     rotary_dim = _check_rotary_inputs(x, cos, sin)
     check_writable(x, 'x')                      # shared elements would be rotated twice
+    if x.dtype not in (torch.float32, torch.float64) or torch.compiler.is_compiling() or _wrapped(x):
+        return x.copy_(apply_rotary(x, cos, sin, interleaved))   # every element read before any is written
     for name, t in (('cos', cos), ('sin', sin)):  # a table in x's memory would change while it is read
-        if (x.numel() and t.numel() and t.device == x.device and x.device.type != 'meta'
-                and not torch.compiler.is_compiling()
+        if (x.numel() and t.numel() and t.device == x.device and x.device.type != 'meta' and not _wrapped(t)
                 and t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()):
             raise ValueError(f"{name} is a view of x's memory, which this call writes: pass {name} as a tensor "
                              "of its own (e.g. a clone)")
-    if x.dtype not in (torch.float32, torch.float64) or torch.compiler.is_compiling():
-        return x.copy_(apply_rotary(x, cos, sin, interleaved))   # traced: every element read before any write
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    if (interleaved and rotary_dim == x.shape[-1] and not torch.compiler.is_compiling()
-            and complex_viewable(x)):
+    if interleaved and rotary_dim == x.shape[-1] and complex_viewable(x):
         torch.view_as_complex(x.unflatten(-1, (rotary_dim//2, 2))).mul_(torch.complex(cos, sin))
         return x
     half = rotary_dim//2
@@ -277,9 +281,9 @@ def rotary_qk(
     elif cos.shape[-2] > q.shape[2]:   # a longer table: its first rows, as the fused backends read it
         cos, sin = cos[..., :q.shape[2], :], sin[..., :q.shape[2], :]
     if cos.ndim == 3: cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (batch, 1, seq, r/2)
-    if inplace and torch.compiler.is_compiling():   # traced, no addresses: both read before either is written
+    if inplace and (torch.compiler.is_compiling() or _wrapped(q) or _wrapped(k)):   # no addresses to compare:
         qo, ko = apply_rotary(q, cos, sin, interleaved), apply_rotary(k, cos, sin, interleaved)
-        return q.copy_(qo), k.copy_(ko)
+        return q.copy_(qo), k.copy_(ko)             # both read before either is written
     rotate = apply_rotary_ if inplace else apply_rotary
     return rotate(q, cos, sin, interleaved), rotate(k, cos, sin, interleaved)
 
@@ -299,7 +303,9 @@ def _share_memory(q:Tensor, k:Tensor)->bool:
     "Whether an element of `q` and one of `k` are the same memory (True where it cannot tell)"
     if q.numel() == 0 or k.numel() == 0 or q.device != k.device or q.device.type == 'meta': return False
     if torch.compiler.is_compiling(): return False                   # traced: no addresses to compare
-    if q.untyped_storage().data_ptr() != k.untyped_storage().data_ptr(): return False
+    try: apart = q.untyped_storage().data_ptr() != k.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError): return False         # a torch.func wrapper: no addresses either
+    if apart: return False
     size = q.element_size()
     last = lambda t: sum((n - 1) * s for n, s in zip(t.shape, t.stride()))   # the last element
     span = lambda t: (t.data_ptr(), t.data_ptr() + size * (last(t) + 1))
@@ -318,7 +324,9 @@ def _share_memory(q:Tensor, k:Tensor)->bool:
 
 def _storage_at(t:Tensor)->tuple|None:
     "Where `t`'s storage is (device, address), or None for no memory: tensors apart here share none"
-    return None if t.numel() == 0 or t.device.type == 'meta' else (t.device, t.untyped_storage().data_ptr())
+    if t.numel() == 0 or t.device.type == 'meta': return None
+    try: return t.device, t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError): return None          # a torch.func wrapper: no memory of its own
 
 def check_disjoint(
     q:Tensor,   # written in place
@@ -407,9 +415,7 @@ def table_rows(q, cos, sin, positions, offset)->tuple:
 
 def kernel_readable(t:Tensor)->bool:
     "Whether a fused kernel can compute with `t`: memory of its own (not a torch.func wrapper), no forward-mode tangent"
-    try: t.untyped_storage()
-    except (RuntimeError, NotImplementedError): return False
-    return forward_ad.unpack_dual(t).tangent is None
+    return not _wrapped(t) and forward_ad.unpack_dual(t).tangent is None
 
 # %% ../nbs/01a_rotation.ipynb #rotchk5
 def check_append_args(q, k, v, k_cache, v_cache, cos, sin, positions, offset, interleaved=False)->tuple:
