@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib, dataclasses, gc, hashlib, json, math, os, platform, random, re, shutil, signal, sys, tempfile, threading, time
 from dataclasses import dataclass, asdict
 from pathlib import Path
-import torch, torch.nn.functional as F
+import torch
 import torch.distributed as dist
 from torch import Tensor
 from ..cli_args import (atomic_write, load_checkpoint, check_private, FolderBusy, hold_folder, same_folder,
@@ -732,18 +732,11 @@ def _undo_new_run(run_dir:Path, made:Path|None, held:int|None):
     remove_made(run_dir, made, held)
 
 
-# %% ../../nbs/12_mt_train.ipynb #319363be
-def train(
-    cfg:TranslationConfig,  # what to train (ignored on resume, except the run-length fields given in `overrides`)
-    run_dir:str|Path,       # the run directory
-    resume:bool=False,      # continue from `run_dir/checkpoints/last.pt`
-    overwrite:bool=False,   # replace a run already in `run_dir` (kept until the new run has saved weights)
-    progress:bool=True,     # tqdm progress bars
-    **overrides,            # on resume: new values for `RUN_LENGTH_FIELDS`
-)->dict:                    # summary (also in results.json when evaluated)
-    "Train (or resume) a translation run in `run_dir`"
-    run_dir = Path(run_dir); ck_path = run_dir/'checkpoints'/'last.pt'
-    world, rank = int(os.environ.get('WORLD_SIZE', 1)), int(os.environ.get('RANK', 0))
+# %% ../../nbs/12_mt_train.ipynb #c3e4c410
+def _open_run(cfg:TranslationConfig, run_dir:Path, resume:bool, overwrite:bool, overrides:dict, world:int, rank:int
+              )->tuple:   # (cfg, device, splits, tokenizer (a new run's first process) or None, made, held)
+    "Every refusal of `train` before anything changes: the run folder, the settings, the data; then `run_dir`'s lock"
+    ck_path = run_dir/'checkpoints'/'last.pt'
     if resume and overwrite:
         raise ValueError("resume and overwrite exclude each other: resume continues the run in run_dir, overwrite "
                          "replaces it")
@@ -771,7 +764,7 @@ def train(
     main = rank == 0
     # first: a run whose data is missing (or has no text) leaves no folder behind
     splits = load_splits(cfg, ('train', 'val') + ('test_2016_flickr',) * cfg.final_eval)
-    refused, held = None, None
+    refused, held, new_tok = None, None, None
     if main and not resume:     # then every setting, before any file is deleted or written
         try:
             new_tok = train_tokenizer([x for p in splits['train'] for x in p], cfg.vocab_size)
@@ -788,13 +781,62 @@ def train(
         except BaseException:
             if held is not None: os.close(held)
             raise
-    if world > 1:               # every process stops on a refused setting, not only the first
-        flag = torch.tensor([float(refused is not None)], device=device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        if flag.item() and refused is None: raise ValueError("the first process refused the settings (its error says why)")
-    if refused is not None:
+    try:
+        if world > 1:           # every process stops on a refused setting, not only the first
+            flag = torch.tensor([float(refused is not None)], device=device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            if flag.item() and refused is None: raise ValueError("the first process refused the settings (its error says why)")
+        if refused is not None: raise refused
+    except BaseException:
         if held is not None: os.close(held)
-        raise refused
+        raise
+    return cfg, device, splits, new_tok, made, held
+
+
+# %% ../../nbs/12_mt_train.ipynb #d6cc842a
+def _resumed_state(ck_path:Path, cfg:TranslationConfig, run_dir:Path, run_ids:dict, model, opt, sched, device, rank:int
+                   )->tuple[dict, dict]:   # (counters, training-log window)
+    "Load checkpoint `ck_path` into the model, optimizer, schedule and RNG; a one-line ValueError if it is not this run's"
+    ck = read_checkpoint(ck_path, map_location=device)
+    check_same_run(ck, cfg, ck_path, run_dir)   # the checkpoint's settings must be this run's, up to its length
+    was = ck.get('data_sha256') if isinstance(ck.get('data_sha256'), dict) else {}   # (older checkpoints: none)
+    if changed := [s for s, h in run_ids['data_sha256'].items() if was.get(s) not in (None, h)]:
+        raise ValueError(f"the {' and '.join(changed)} split of data {cfg.data} is not the text checkpoint {ck_path} "
+                         "was trained on (it changed since): restore that data, or train a new run")
+    try:   # a checkpoint of another run, or damaged: one line, and nothing in the run folder changed
+        model.load_state_dict(ck['model']); load_optimizer_state(opt, ck['optimizer']); sched.load_state_dict(ck['scheduler'])
+        st = {k: ck['state'][k] for k in ('epoch', 'batch', 'step', 'tokens', 'train_seconds')}
+        window = {k: ck['state'].get(k, 0) for k in ('log_loss', 'log_targets')}   # (older checkpoints: none)
+        for k, v in (st | window).items():   # counters, read before anything in the run folder changes
+            if isinstance(v, bool) or not isinstance(v, (int, float) if k in ('train_seconds', 'log_loss') else int) \
+                    or not 0 <= v < math.inf:
+                raise ValueError(f"its state's {k} is {v!r}, not a number >= 0")
+        loss, n = window['log_loss'], window['log_targets']   # a float32 sum, and a count it can be over
+        if loss >= 3.4e38 or n >= 2**53 or (loss == 0) != (n == 0):
+            shown = lambda v: repr(v) if len(repr(v)) <= 20 else repr(v)[:16] + '…'
+            raise ValueError(f"its state's log_loss {shown(loss)} and log_targets {shown(n)} are not a loss "
+                             "sum and its number of target tokens")
+        set_rng_state(ck['rng'][rank] if isinstance(ck['rng'], list) else ck['rng'])
+    except (KeyError, IndexError, TypeError, ValueError, RuntimeError, AttributeError) as e:
+        raise ValueError(f"checkpoint {ck_path} cannot be resumed by this run ({first_detail(e)}): restore it from a copy, "
+                         "or train the run again") from None
+    return st, window
+
+
+# %% ../../nbs/12_mt_train.ipynb #319363be
+def train(
+    cfg:TranslationConfig,  # what to train (ignored on resume, except the run-length fields given in `overrides`)
+    run_dir:str|Path,       # the run directory
+    resume:bool=False,      # continue from `run_dir/checkpoints/last.pt`
+    overwrite:bool=False,   # replace a run already in `run_dir` (kept until the new run has saved weights)
+    progress:bool=True,     # tqdm progress bars
+    **overrides,            # on resume: new values for `RUN_LENGTH_FIELDS`
+)->dict:                    # summary (also in results.json when evaluated)
+    "Train (or resume) a translation run in `run_dir`"
+    run_dir = Path(run_dir); ck_path = run_dir/'checkpoints'/'last.pt'
+    world, rank = int(os.environ.get('WORLD_SIZE', 1)), int(os.environ.get('RANK', 0))
+    cfg, device, splits, new_tok, made, held = _open_run(cfg, run_dir, resume, overwrite, overrides, world, rank)
+    main = rank == 0
     try:
         # only once the new run can start (its data loaded, its device set): the old run moves aside, so that another
         # run's tokenizer or metrics cannot leak into this one, and comes back if this one fails before it saved weights
@@ -827,29 +869,7 @@ def train(
         st = dict(epoch=0, batch=0, step=0, tokens=0, train_seconds=0.0)
         window = dict(log_loss=0.0, log_targets=0)   # loss and target tokens since the last train record
         if resume:
-            ck = read_checkpoint(ck_path, map_location=device)
-            check_same_run(ck, cfg, ck_path, run_dir)   # the checkpoint's settings must be this run's, up to its length
-            was = ck.get('data_sha256') if isinstance(ck.get('data_sha256'), dict) else {}   # (older checkpoints: none)
-            if changed := [s for s, h in run_ids['data_sha256'].items() if was.get(s) not in (None, h)]:
-                raise ValueError(f"the {' and '.join(changed)} split of data {cfg.data} is not the text checkpoint {ck_path} "
-                                 "was trained on (it changed since): restore that data, or train a new run")
-            try:   # a checkpoint of another run, or damaged: one line, and nothing in the run folder changed
-                model.load_state_dict(ck['model']); load_optimizer_state(opt, ck['optimizer']); sched.load_state_dict(ck['scheduler'])
-                st = {k: ck['state'][k] for k in ('epoch', 'batch', 'step', 'tokens', 'train_seconds')}
-                window = {k: ck['state'].get(k, 0) for k in window}   # (older checkpoints: none)
-                for k, v in (st | window).items():   # counters, read before anything in the run folder changes
-                    if isinstance(v, bool) or not isinstance(v, (int, float) if k in ('train_seconds', 'log_loss') else int) \
-                            or not 0 <= v < math.inf:
-                        raise ValueError(f"its state's {k} is {v!r}, not a number >= 0")
-                loss, n = window['log_loss'], window['log_targets']   # a float32 sum, and a count it can be over
-                if loss >= 3.4e38 or n >= 2**53 or (loss == 0) != (n == 0):
-                    shown = lambda v: repr(v) if len(repr(v)) <= 20 else repr(v)[:16] + '…'
-                    raise ValueError(f"its state's log_loss {shown(loss)} and log_targets {shown(n)} are not a loss "
-                                     "sum and its number of target tokens")
-                set_rng_state(ck['rng'][rank] if isinstance(ck['rng'], list) else ck['rng'])
-            except (KeyError, IndexError, TypeError, ValueError, RuntimeError, AttributeError) as e:
-                raise ValueError(f"checkpoint {ck_path} cannot be resumed by this run ({first_detail(e)}): restore it from a copy, "
-                                 "or train the run again") from None
+            st, window = _resumed_state(ck_path, cfg, run_dir, run_ids, model, opt, sched, device, rank)
             log = _trimmed_metrics(run_dir/'metrics.jsonl', st) if main else None   # refused before any file changes
             if main: atomic_write(run_dir/'config.json', json.dumps(asdict(cfg), indent=1), mode=RUN_FILE_MODE)   # new run length
             if main: drop_stale_epoch_weights(run_dir, cfg, st['epoch'])
