@@ -360,8 +360,11 @@ def _read(flag:Tensor)->bool:
                            "with validate_positions='off' to map over positions (their values are then not checked)") from None
 
 def _check_values(checks:list, host=False):
-    "`checks`: (bad, message) pairs, `bad` a 0-d bool tensor. CPU flags (all, if `host`): one read, PositionError; CUDA: device asserts"
-    if torch.compiler.is_compiling() or not checks: return
+    "`checks`: (bad, message) pairs, `bad` a 0-d bool tensor. CPU flags (all, if `host`): one read, PositionError; CUDA or compiled: asserts"
+    if not checks: return
+    if torch.compiler.is_compiling():   # no read on the host in a graph: assertions the compiled code makes
+        for bad, msg in checks: torch._assert_async(~bad, msg)
+        return
     on_host = [(bad, msg) for bad, msg in checks if host or bad.device.type == 'cpu']
     if on_host and _read(torch.stack([bad.to(on_host[0][0].device) for bad, _ in on_host]).any()):  # the one read
         raise PositionError(next(msg for bad, msg in on_host if bool(bad)))
@@ -435,8 +438,8 @@ def cos_sin(self:RotaryEmbedding,
         else: inv_freq = self.inv_freq.to(device)
         rows = torch.arange(offset, offset + seq, device=device)
         return self._scaled(*rotary_cos_sin(rows, inv_freq, table_dtype))
-    checks = []   # no value checks while compiling, or with validate_positions='off'
-    skip = torch.compiler.is_compiling() or self.validate_positions == 'off'
+    checks = []   # no value checks with validate_positions='off' (compiled: assertions in the graph)
+    skip = self.validate_positions == 'off'
     # negative, or so large that adding the offset could wrap around in int64: one shift, one reduction
     too_far = lambda t: (t.long() >> 53).any()           # offset tensors of unsigned dtypes too
     if positions is not None and not skip:
@@ -457,8 +460,9 @@ def cos_sin(self:RotaryEmbedding,
         _check_values(checks, self.validate_positions)
         inv_freq = self._dynamic_inv_freq(length, device)
         return self._scaled(*rotary_cos_sin(positions, inv_freq, table_dtype))
-    from_table = self.max_seq_len is not None and table_dtype == torch.float32 and not torch.compiler.is_compiling()
-    if from_table and not skip:   # max_seq_len, not the table's length: what an earlier call grew changes nothing
+    limited = self.max_seq_len is not None and table_dtype == torch.float32   # tensor positions must lie in the table
+    from_table = limited and not torch.compiler.is_compiling()   # (compiled: angles computed, the limit asserted)
+    if limited and not skip:   # max_seq_len, not the table's length: what an earlier call grew changes nothing
         n = self.max_seq_len
         checks.append(((positions >= n).any(), f"positions (+ offset) must be < {n}, the rows cached by RotaryEmbedding(max_seq_len="
                        f"{n}): build it with a larger max_seq_len, or without one to compute angles on the fly"))
@@ -601,7 +605,7 @@ def set_frequencies(self:RotaryEmbedding,
     factor = _check_attention_factor(attention_factor)           # every check before any change
     self._inv_freq64, self._dynamic = inv_freq, False
     self.__dict__['_attention_factor'] = factor
-    self._build(len(self.cos_cached))
+    self._build(max(len(self.cos_cached), self.max_seq_len or 0))   # dynamic NTK's table stopped at L₀: now all of it
     return self
 
 # %% ../nbs/02_rope.ipynb #ff640001

@@ -103,13 +103,18 @@ def _element_offsets(t:Tensor)->Tensor:
     return at.flatten()
 
 def _overlaps_itself(t:Tensor)->bool:
-    "Whether two elements of `t` share memory (or, past 2^24 elements, may)"
+    "Whether two elements of `t` share memory (or may: past 2^24 elements, or while torch.compile traces)"
+    dims, traced = [(s, n) for n, s in zip(t.shape, t.stride()) if n > 1], torch.compiler.is_compiling()
+    if not traced: dims.sort()
+    else:          # by stride, one comparison at a time: Dynamo's `sorted` cannot order symbolic sizes
+        for i in range(1, len(dims)):
+            while i and dims[i][0] < dims[i - 1][0]: dims[i - 1], dims[i] = dims[i], dims[i - 1]; i -= 1
     reach = 0   # dims by stride: each stride past everything the smaller ones reach means no overlap
-    for s, n in sorted((s, n) for n, s in zip(t.shape, t.stride()) if n > 1):
+    for s, n in dims:
         if s <= reach: break
         reach += (n - 1) * s
     else: return False
-    if t.numel() > 1 << 24: return True   # too many to list: refused rather than risked
+    if t.numel() > 1 << 24 or traced: return True   # cannot list them: refused rather than risked
     at = _element_offsets(t)
     return at.unique().numel() != at.numel()
 
@@ -118,16 +123,18 @@ def check_writable(
     name:str,   # what to call it in the message
 ):
     "Raise a one-line ValueError if torch would refuse to write `t` in place (so nothing is written before)"
-    if t.numel() == 0 or torch.compiler.is_compiling(): return      # traced: torch checks at run time
-    if t.is_leaf and t.requires_grad and torch.is_grad_enabled():
+    if t.numel() == 0: return
+    traced = torch.compiler.is_compiling()                          # traced: the layout checks only
+    if t.is_leaf and t.requires_grad and torch.is_grad_enabled() and not traced:
         raise ValueError(f"{name} is a leaf tensor that requires grad, which torch does not write in place: "
                          "rotate out of place, or pass a tensor without requires_grad")
     if any(n > 1 and s == 0 for n, s in zip(t.shape, t.stride())):
         raise ValueError(f"{name} is an expanded view (stride 0 along a dimension of size > 1), whose elements "
                          "share memory: rotate out of place, or pass a contiguous copy")
     if _overlaps_itself(t):
-        raise ValueError(f"{name} is a view whose elements overlap in memory (strides {tuple(t.stride())} for "
-                         f"shape {tuple(t.shape)}): rotate out of place, or pass a contiguous copy")
+        raise ValueError(f"{name} is a view whose elements {'may ' if traced else ''}overlap in memory (strides "
+                         f"{tuple(t.stride())} for shape {tuple(t.shape)}): rotate out of place, or pass a contiguous copy")
+    if traced: return                                               # (torch checks the rest when the graph runs)
     if t.is_inference() and not torch.is_inference_mode_enabled():
         raise ValueError(f"{name} was made under torch.inference_mode and cannot be written in place outside it: "
                          "rotate out of place, or inside torch.inference_mode")
