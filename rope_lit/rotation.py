@@ -12,10 +12,11 @@ from torch import Tensor
 from torch.autograd import forward_ad
 
 # %% auto #0
-__all__ = ['rotate_complex', 'complex_viewable', 'apply_rotary', 'rotary_cos_sin', 'check_writable', 'apply_rotary_',
-           'PositionError', 'check_position_dtype', 'shape_is', 'check_table_rows', 'gather_table_rows', 'check_flag',
-           'check_tables', 'check_qk_args', 'rotary_qk', 'check_disjoint', 'check_caches_apart', 'check_offset_tensor',
-           'traced_offset', 'int_offset', 'offset_rows', 'table_rows', 'kernel_readable', 'check_append_args']
+__all__ = ['rotate_complex', 'complex_viewable', 'apply_rotary', 'rotary_cos_sin', 'check_unmapped', 'check_writable',
+           'apply_rotary_', 'PositionError', 'check_position_dtype', 'shape_is', 'check_table_rows',
+           'gather_table_rows', 'check_flag', 'check_tables', 'check_qk_args', 'rotary_qk', 'check_disjoint',
+           'check_caches_apart', 'check_offset_tensor', 'traced_offset', 'int_offset', 'offset_rows', 'table_rows',
+           'kernel_readable', 'check_append_args']
 
 # %% ../nbs/01a_rotation.ipynb #5d0a4546
 def _check_rotary_inputs(x, cos, sin, name='x'):
@@ -95,6 +96,12 @@ def _wrapped(t:Tensor)->bool:
     try: t.untyped_storage()
     except (RuntimeError, NotImplementedError): return True
     return False
+
+def check_unmapped(t, name:str):
+    "Raise a one-line ValueError if `t` is a torch.func wrapper, whose values cannot be read to check them"
+    if isinstance(t, Tensor) and not torch.compiler.is_compiling() and _wrapped(t):
+        raise ValueError(f"{name} cannot be mapped over by torch.vmap: its values are read to check them before "
+                         f"anything is computed; pass {name} for the whole batch outside vmap, or map over q and k only")
 
 def _element_offsets(t:Tensor)->Tensor:
     "The memory offset of every element of `t`, in elements from its first"
@@ -207,6 +214,7 @@ def check_table_rows(
         inside = ((positions >= 0) & (positions < n_rows)).all()
         torch._assert_async(inside, "positions must be rows of the cos/sin table (checked in the compiled graph)")
         return
+    check_unmapped(positions, 'positions (or offset)')
     lo, hi = torch.aminmax(positions)
     lo, hi = int(lo), int(hi)                                   # one read of two numbers
     if lo < 0 or hi >= n_rows:
@@ -462,6 +470,7 @@ def check_append_args(q, k, v, k_cache, v_cache, cos, sin, positions, offset, in
         if isinstance(t, Tensor) and t.device.type == 'meta' and q.device.type != 'meta':
             raise ValueError(f"{name} is on the meta device, which holds no values: "
                              f"give it on {q.device}")
+    check_unmapped(positions, 'positions'); check_unmapped(offset, 'offset')
     if isinstance(offset, Tensor):
         check_offset_tensor(offset, B)
         offsets, shift, first = offset, 0, offset.reshape(B).to('cpu', torch.long)  # a host read
