@@ -97,9 +97,17 @@ def _wrapped(t:Tensor)->bool:
     except (RuntimeError, NotImplementedError): return True
     return False
 
+def _batched(t:Tensor)->bool:
+    "Whether `t` is mapped over by torch.vmap (a batched tensor, perhaps inside other torch.func wrappers)"
+    F = torch._C._functorch
+    while F.is_functorch_wrapped_tensor(t):
+        if F.is_batchedtensor(t): return True
+        t = F.get_unwrapped(t)
+    return False
+
 def check_unmapped(t, name:str):
-    "Raise a one-line ValueError if `t` is a torch.func wrapper, whose values cannot be read to check them"
-    if isinstance(t, Tensor) and not torch.compiler.is_compiling() and _wrapped(t):
+    "Raise a one-line ValueError if torch.vmap maps over `t`, whose values are read to check them"
+    if isinstance(t, Tensor) and not torch.compiler.is_compiling() and _batched(t):
         raise ValueError(f"{name} cannot be mapped over by torch.vmap: its values are read to check them before "
                          f"anything is computed; pass {name} for the whole batch outside vmap, or map over q and k only")
 
@@ -121,7 +129,7 @@ def _overlaps_itself(t:Tensor)->bool:
         if s <= reach: break
         reach += (n - 1) * s
     else: return False
-    if t.numel() > 1 << 24 or traced: return True   # cannot list them: refused rather than risked
+    if traced or t.numel() > 1 << 24: return True   # cannot list them: refused rather than risked
     at = _element_offsets(t)
     return at.unique().numel() != at.numel()
 
@@ -129,7 +137,7 @@ def check_writable(
     t:Tensor,   # a tensor about to be written in place
     name:str,   # what to call it in the message
 ):
-    "Raise a one-line ValueError if torch would refuse to write `t` in place (so nothing is written before)"
+    "Raise a one-line ValueError unless `t` can be written in place, each element once (checked before any write)"
     if t.numel() == 0: return
     traced = torch.compiler.is_compiling()                          # traced: the layout checks only
     if t.is_leaf and t.requires_grad and torch.is_grad_enabled() and not traced:
@@ -156,13 +164,14 @@ def apply_rotary_(x:Tensor, cos:Tensor, sin:Tensor, interleaved=False)->Tensor:
     "In-place `apply_rotary`: rotates `x` itself and returns it (no autograd through it)"
     rotary_dim = _check_rotary_inputs(x, cos, sin)
     check_writable(x, 'x')                      # shared elements would be rotated twice
-    if x.dtype not in (torch.float32, torch.float64) or torch.compiler.is_compiling() or _wrapped(x):
-        return x.copy_(apply_rotary(x, cos, sin, interleaved))   # every element read before any is written
+    addressless = torch.compiler.is_compiling() or _wrapped(x)   # traced, or a torch.func wrapper
     for name, t in (('cos', cos), ('sin', sin)):  # a table in x's memory would change while it is read
-        if (x.numel() and t.numel() and t.device == x.device and x.device.type != 'meta' and not _wrapped(t)
-                and t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()):
+        if (not addressless and x.numel() and t.numel() and t.device == x.device and x.device.type != 'meta'
+                and not _wrapped(t) and t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()):
             raise ValueError(f"{name} is a view of x's memory, which this call writes: pass {name} as a tensor "
                              "of its own (e.g. a clone)")
+    if x.dtype not in (torch.float32, torch.float64) or addressless:
+        return x.copy_(apply_rotary(x, cos, sin, interleaved))   # every element read before any is written
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     if interleaved and rotary_dim == x.shape[-1] and complex_viewable(x):
         torch.view_as_complex(x.unflatten(-1, (rotary_dim//2, 2))).mul_(torch.complex(cos, sin))
@@ -315,7 +324,7 @@ def _reaches(delta:int, dims:list)->bool|None:
 
 # %% ../nbs/01a_rotation.ipynb #b2932ac2
 def _share_memory(q:Tensor, k:Tensor)->bool:
-    "Whether an element of `q` and one of `k` are the same memory (True where it cannot tell)"
+    "Whether an element of `q` and one of `k` are the same memory (True where it cannot tell; False without addresses)"
     if q.numel() == 0 or k.numel() == 0 or q.device != k.device or q.device.type == 'meta': return False
     if torch.compiler.is_compiling(): return False                   # traced: no addresses to compare
     try: apart = q.untyped_storage().data_ptr() != k.untyped_storage().data_ptr()
@@ -338,7 +347,7 @@ def _share_memory(q:Tensor, k:Tensor)->bool:
     return answer is not False
 
 def _storage_at(t:Tensor)->tuple|None:
-    "Where `t`'s storage is (device, address), or None for no memory: tensors apart here share none"
+    "Where `t`'s storage is (device, address); None for no memory, or none to read (a torch.func wrapper)"
     if t.numel() == 0 or t.device.type == 'meta': return None
     try: return t.device, t.untyped_storage().data_ptr()
     except (RuntimeError, NotImplementedError): return None          # a torch.func wrapper: no memory of its own
