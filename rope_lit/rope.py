@@ -107,7 +107,7 @@ class RotaryEmbedding(nn.Module):
         base:float=10000.0,     # θ_i = base^(-2i/rotary_dim)
         interleaved=False,      # (2i, 2i+1) (RoFormer/LLaMA), not (i, i + rotary_dim/2) (NeoX/HF)
         rotary_dim:int|None=None, # features rotated (the first ones), even, <= dim; default dim
-        max_seq_len:int|None=None, # positions to cache up front; float32 tensor positions must then lie in it
+        max_seq_len:int|None=None, # positions to cache up front; tensor positions (float32 q, k) must then be < it
         scaling:str|None=None,  # frequency variant, passed to `rope_frequencies`
         scaling_options:dict|None=None, # e.g. dict(factor=8, original_max_seq_len=4096)
         attention_factor:float|None=None, # multiplies cos, sin; None: YaRN's √(1/t), or 1
