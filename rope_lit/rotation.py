@@ -162,7 +162,7 @@ def check_writable(
 # %% ../nbs/01a_rotation.ipynb #628326e6
 def apply_rotary_(x:Tensor, cos:Tensor, sin:Tensor, interleaved=False)->Tensor:
     "In-place `apply_rotary`: rotates `x` itself and returns it (no autograd through it)"
-    rotary_dim = _check_rotary_inputs(x, cos, sin)
+    _check_rotary_inputs(x, cos, sin)
     check_writable(x, 'x')                      # shared elements would be rotated twice
     addressless = torch.compiler.is_compiling() or _wrapped(x)   # traced, or a torch.func wrapper
     for name, t in (('cos', cos), ('sin', sin)):  # a table in x's memory would change while it is read
@@ -170,8 +170,13 @@ def apply_rotary_(x:Tensor, cos:Tensor, sin:Tensor, interleaved=False)->Tensor:
                 and not _wrapped(t) and t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()):
             raise ValueError(f"{name} is a view of x's memory, which this call writes: pass {name} as a tensor "
                              "of its own (e.g. a clone)")
-    if x.dtype not in (torch.float32, torch.float64) or addressless:
-        return x.copy_(apply_rotary(x, cos, sin, interleaved))   # every element read before any is written
+    if addressless: return x.copy_(apply_rotary(x, cos, sin, interleaved))   # every element read before any write
+    return _rotate_in_place(x, cos, sin, interleaved)
+
+def _rotate_in_place(x:Tensor, cos:Tensor, sin:Tensor, interleaved:bool)->Tensor:
+    "The rotation itself, written into an `x` already checked (by `apply_rotary_`, or by `rotary_qk` for q and k)"
+    rotary_dim = 2 * cos.shape[-1]
+    if x.dtype not in (torch.float32, torch.float64): return x.copy_(apply_rotary(x, cos, sin, interleaved))
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     if interleaved and rotary_dim == x.shape[-1] and complex_viewable(x):
         torch.view_as_complex(x.unflatten(-1, (rotary_dim//2, 2))).mul_(torch.complex(cos, sin))
@@ -308,7 +313,7 @@ def rotary_qk(
     if inplace and (torch.compiler.is_compiling() or _wrapped(q) or _wrapped(k)):   # no addresses to compare:
         qo, ko = apply_rotary(q, cos, sin, interleaved), apply_rotary(k, cos, sin, interleaved)
         return q.copy_(qo), k.copy_(ko)             # both read before either is written
-    rotate = apply_rotary_ if inplace else apply_rotary
+    rotate = _rotate_in_place if inplace else apply_rotary   # (in place: checked above, with q and k together)
     return rotate(q, cos, sin, interleaved), rotate(k, cos, sin, interleaved)
 
 # %% ../nbs/01a_rotation.ipynb #130db663
