@@ -10,14 +10,14 @@ __all__ = ['FLOOR', 'AUTOGRAD_FLOOR', 'OURS', 'CPU_TUNABLES', 'Method', 'all_met
            'sweep_tiles', 'bench_append', 'targets', 'targets_table']
 
 # %% ../nbs/04a_benchmark.ipynb #2cd1830f
-import argparse, csv, datetime, json, math, os, platform, statistics, sys, time
+import csv, datetime, json, math, os, platform, statistics, sys, time
 from pathlib import Path
 import torch
 from .frequencies import rope_frequencies
 from .cli_args import check_private, memory_error
 from .cpp_build import cpu_info
 from .kernels import select_backend, rotary_append_native, rotary_qk_native
-from .rope import rotary_qk as rotary_qk_eager, rotary_cos_sin
+from .rope import rotary_cos_sin
 
 # %% ../nbs/04a_benchmark.ipynb #6b98e279
 def _angles(seq, rotary_dim, device):

@@ -6,7 +6,7 @@ Docs: https://rope-lit.github.io/rope_lit/char_lm.html.md"""
 
 # %% ../nbs/14_char_lm.ipynb #c536c877
 from __future__ import annotations
-import argparse, datetime, hashlib, json, math, os, platform, random, statistics, sys, time
+import datetime, hashlib, json, math, os, platform, random, statistics, time
 from pathlib import Path
 import torch
 import torch.nn.functional as F

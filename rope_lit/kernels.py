@@ -11,13 +11,13 @@ __all__ = ['CPU_KERNEL_PATH', 'CPU_KERNEL_SOURCE', 'BACKENDS', 'native_kernel', 
            'tile_config', 'triton_rotary', 'rotary_qk_triton', 'rotary_append_triton']
 
 # %% ../nbs/04_kernels.ipynb #7cd199f8
-import functools, itertools, os, shutil, sys, time, warnings
+import os
 from pathlib import Path
 from typing import Optional
 import rope_lit
 import torch
 from torch import Tensor
-from .rotation import rotary_qk as rotary_qk_eager, complex_viewable, rotate_complex
+from .rotation import rotary_qk as rotary_qk_eager
 from .rotation import check_disjoint, check_qk_args, check_append_args, check_tables, check_flag
 from .rotation import traced_offset, int_offset
 from .rotation import table_rows, kernel_readable, check_caches_apart, check_offset_tensor
@@ -31,7 +31,6 @@ _all_ = ['cpp_parts', 'native_possible', 'native_extension',
          'tile_config', 'triton_rotary', 'rotary_qk_triton', 'rotary_append_triton']
 try:
     import triton
-    import triton.language as tl
 except ImportError:  # triton is optional: CUDA on Linux, or the interpreter on CPU
     triton = None
 

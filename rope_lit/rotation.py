@@ -6,7 +6,7 @@ Docs: https://rope-lit.github.io/rope_lit/rotation.html.md"""
 
 # %% ../nbs/01a_rotation.ipynb #rot02
 from __future__ import annotations
-import math, operator
+import operator
 import torch
 from torch import Tensor
 from torch.autograd import forward_ad

@@ -332,7 +332,7 @@ def paired_bootstrap(
     n = {len(s['BLEU']) for s in stats_a + stats_b}
     if len(n) != 1 or not stats_a or not stats_b:
         raise ValueError(f"need runs on one test set, got sizes {n}")
-    counts, ones, rows = resample_counts(n.pop(), rounds, seed).astype(float), None, {}
+    counts, rows = resample_counts(n.pop(), rounds, seed).astype(float), {}
     for metric, scorer in SCORERS.items():
         a, b = [s[metric] for s in stats_a], [s[metric] for s in stats_b]
         delta = lambda w: scheme_score(a, w, scorer) - scheme_score(b, w, scorer)

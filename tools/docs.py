@@ -791,7 +791,7 @@ def link_faults(pages, whole_site:bool, site_url:str|None=None):
     """Links between pages that lead nowhere: a page that was not rendered (checked when the whole site is),
     or an anchor (`page.html#id`) that the target page does not have. Absolute links into the site itself
     (`site_url`, where nbdev points the names it links, e.g. `page.html#name`) are checked as the pages they name."""
-    ids, out = {}, {}
+    ids = {}
     for pg in pages:
         if pg['html'].exists():
             ids[pg['html'].name] = set(re.findall(r'\sid="([^"]+)"', pg['html'].read_text(encoding='utf-8')))

@@ -12,7 +12,7 @@ decodes test_2016_flickr and the blind sets again, into `hyp.<set>.<decoding>.av
 
 One process per run, so that the script's deadline stops a run with one signal.
 """
-import argparse, gzip, json, sys
+import argparse, gzip, json
 from pathlib import Path
 
 def read_sources(path:Path)->list:

@@ -14,8 +14,8 @@ from ..attention import RotaryMultiHeadAttention, check_rows
 from ..rotation import PositionError
 from ..kernels import rotary_append, CPU_KERNEL_PATH
 from ..cpp_build import native_extension, native_possible, cpp_parts
-from .data import PAD, BOS, EOS
-from .model import Seq2SeqTransformer, FeedForward, CachedDecoder, smoothed_loss
+from .data import PAD
+from .model import Seq2SeqTransformer, FeedForward, smoothed_loss
 
 # %% auto #0
 __all__ = ['DROPOUT_PATH', 'DROPOUT_SOURCE', 'LOSS_PATH', 'LOSS_SOURCE', 'DECODER_PATH', 'DECODER_SOURCE', 'PIECES', 'uniform16',

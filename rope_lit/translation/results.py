@@ -6,7 +6,7 @@ Docs: https://rope-lit.github.io/rope_lit/mt_results.html.md"""
 
 # %% ../../nbs/13_mt_results.ipynb #328ff6d3
 from __future__ import annotations
-import json, math, os, platform, statistics, time
+import json, math, statistics
 from pathlib import Path
 import torch
 from .data import PAD, collate

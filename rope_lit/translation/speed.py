@@ -6,14 +6,13 @@ Docs: https://rope-lit.github.io/rope_lit/mt_speed.html.md"""
 
 # %% ../../nbs/13b_mt_speed.ipynb #4e1524a6
 from __future__ import annotations
-import json, math, os, platform, statistics, time
-from pathlib import Path
+import math, statistics, time
 import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from .model import Seq2SeqTransformer, greedy_decode
 from .fast import speed_up, decoding_options, DecodingWeights
-from .train import make_config, make_optimizer, train_step, tune_cpu_malloc
+from .train import make_config, make_optimizer, train_step
 
 # %% auto #0
 __all__ = ['AT_REFERENCE', 'MATMUL_OPS', 'speed_table', 'benchmark_training', 'ProductTimer', 'training_matmul_seconds',
