@@ -1,4 +1,4 @@
-"""`RotaryEmbedding`, the module with its cos/sin cache and a choice of backend, the reference implementations from the sources, and the tests that hold them to the derivation's ground truth
+"""`RotaryEmbedding(dim)` adds RoPE to an attention layer in two lines: exact cached tables, three layouts, decoding offsets, packed batches, frequency scaling, M-RoPE and 2-D images; with the implementations of the sources and the tests that hold them all to the derivation's ground truth
 
 Docs: https://rope-lit.github.io/rope_lit/rope.html.md"""
 
@@ -105,7 +105,7 @@ class RotaryEmbedding(nn.Module):
     def __init__(self,
         dim:int,                # head_dim: the last dimension of q and k
         base:float=10000.0,     # θ_i = base^(-2i/rotary_dim)
-        interleaved=False,      # (2i, 2i+1) (RoFormer/LLaMA), not (i, i + rotary_dim/2) (NeoX/HF)
+        interleaved=False,      # (2i, 2i+1) (RoFormer, Meta's original LLaMA code), not (i, i + rotary_dim/2) (NeoX/HF)
         rotary_dim:int|None=None, # features rotated (the first ones), even, <= dim; default dim
         max_seq_len:int|None=None, # positions to cache up front; tensor positions (float32 q, k) must then be < it
         scaling:str|None=None,  # frequency variant, passed to `rope_frequencies`
