@@ -262,7 +262,8 @@ def _apply(self:RotaryEmbedding, fn, *args, **kwargs):
 def extra_repr(self:RotaryEmbedding):
     "The settings `print(module)` shows"
     return (f"dim={self.dim}, rotary_dim={self.rotary_dim}, base={self.base}, interleaved={self.interleaved}, "
-            f"seq_dim={self.seq_dim}, backend={self.backend!r}, cached={len(self.cos_cached)}"
+            f"seq_dim={-2 if self.seq_dim == 2 else self.seq_dim}, backend={self.backend!r}, "  # -2 as the default reads
+            f"cached={len(self.cos_cached)}"
             + (f", scaling={self.scaling!r}, scaling_options={self.scaling_options}, attention_factor={self.attention_factor:g}" if self.scaling else "")
             + (f", mrope_section={self.mrope_section}, mrope_interleaved={self.mrope_interleaved}" if self.mrope_section else "")
             + (", axial_2d=True" if self.axial_2d else ""))
