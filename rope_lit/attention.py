@@ -15,8 +15,8 @@ from .rope import RotaryEmbedding
 from .rotation import check_position_dtype
 
 # %% auto #0
-__all__ = ['check_rows', 'KVCache', 'padding_mask', 'causal_mask', 'RotaryMultiHeadAttention', 'convert_qk_pairing',
-           'alibi_slopes', 'alibi_bias']
+__all__ = ['check_rows', 'KVCache', 'padding_mask', 'causal_mask', 'RotaryMultiHeadAttention', 'scaled_attention',
+           'convert_qk_pairing', 'alibi_slopes', 'alibi_bias']
 
 # %% ../nbs/03_attention.ipynb #5037e894
 def check_rows(
@@ -160,7 +160,7 @@ class RotaryMultiHeadAttention(nn.Module):
         d_model:int,              # model width; head_dim = d_model // n_heads
         n_heads:int,              # query heads
         *,
-        n_kv_heads:int|None=None, # key/value heads (GQA; 1 = MQA), divides n_heads; default n_heads
+        n_kv_heads:int|None=None, # key/value heads (GQA; 1 = multi-query), divides n_heads; default n_heads
         dropout:float=0.0,        # dropout on the attention weights (training only)
         bias:bool=True,           # biases in the four projections
         rope:bool=True,           # rotate queries and keys; False = plain attention
@@ -190,7 +190,7 @@ class RotaryMultiHeadAttention(nn.Module):
         return y.unflatten(-1, (heads, self.head_dim)).transpose(1, 2)
 
 # %% ../nbs/03_attention.ipynb #b628988f
-def _attend(q, k, v, mask, is_causal, dropout_p, need_weights):
+def scaled_attention(q, k, v, mask, is_causal, dropout_p, need_weights):
     "softmax(q kᵀ/√d + mask) v with GQA; mask: None, bool (True = attend) or float (added)"
     gqa = q.shape[1] != k.shape[1]
     if not need_weights:   # enable_gqa a literal: torch 2.5's SDPA refuses a symbolic bool when compiled
@@ -219,8 +219,8 @@ def attend(self:RotaryMultiHeadAttention,
     dropout_p:float,              # dropout on the weights (0 outside training)
     need_weights:bool,            # also return the weights
 )->tuple[Tensor,Tensor|None]:     # (batch, heads, q_len, head_dim) and the weights or None
-    "The attention core, `_attend`; subclasses may replace it"
-    return _attend(q, k, v, mask, is_causal, dropout_p, need_weights)
+    "The attention core, `scaled_attention`; subclasses may replace it"
+    return scaled_attention(q, k, v, mask, is_causal, dropout_p, need_weights)
 
 # %% ../nbs/03_attention.ipynb #10a072eb
 def _check_mask(mask, shape):
