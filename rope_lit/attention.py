@@ -190,7 +190,15 @@ class RotaryMultiHeadAttention(nn.Module):
         return y.unflatten(-1, (heads, self.head_dim)).transpose(1, 2)
 
 # %% ../nbs/03_attention.ipynb #b628988f
-def scaled_attention(q, k, v, mask, is_causal, dropout_p, need_weights):
+def scaled_attention(
+    q:Tensor,                 # (batch, heads, q_len, head_dim)
+    k:Tensor,                 # (batch, kv_heads, kv_len, head_dim); kv_heads divides heads (GQA)
+    v:Tensor,                 # (batch, kv_heads, kv_len, v_dim)
+    mask:Tensor|None=None,    # broadcastable to (batch, heads, q_len, kv_len): bool (True = attend) or float (added)
+    is_causal:bool=False,     # a causal mask (q_len == kv_len)
+    dropout_p:float=0.0,      # dropout on the weights
+    need_weights:bool=False,  # also return the weights: the explicit path instead of SDPA
+)->tuple[Tensor, Tensor|None]: # the output (batch, heads, q_len, v_dim), and the weights or None
     "softmax(q kᵀ/√d + mask) v with GQA; mask: None, bool (True = attend) or float (added)"
     gqa = q.shape[1] != k.shape[1]
     if not need_weights:   # enable_gqa a literal: torch 2.5's SDPA refuses a symbolic bool when compiled

@@ -41,6 +41,10 @@ def resolve_backend(
 
 # %% ../nbs/02_rope.ipynb #643c0454
 _SEQ_DIMS = {-2: 2, 2: 2, 1: 1, -3: 1, 0: 0, -4: 0}
+def _shown_seq_dim(seq_dim:int)->int:
+    "A layout's `seq_dim` as users write it: -2 for (batch, heads, seq, d), which the module stores as 2"
+    return -2 if seq_dim == 2 else seq_dim
+
 
 # %% ../nbs/02_rope.ipynb #3bc820ef
 def _check_even(name, value, upper=None):
@@ -262,7 +266,7 @@ def _apply(self:RotaryEmbedding, fn, *args, **kwargs):
 def extra_repr(self:RotaryEmbedding):
     "The settings `print(module)` shows"
     return (f"dim={self.dim}, rotary_dim={self.rotary_dim}, base={self.base}, interleaved={self.interleaved}, "
-            f"seq_dim={-2 if self.seq_dim == 2 else self.seq_dim}, backend={self.backend!r}, "  # -2 as the default reads
+            f"seq_dim={_shown_seq_dim(self.seq_dim)}, backend={self.backend!r}, "
             f"cached={len(self.cos_cached)}"
             + (f", scaling={self.scaling!r}, scaling_options={self.scaling_options}, attention_factor={self.attention_factor:g}" if self.scaling else "")
             + (f", mrope_section={self.mrope_section}, mrope_interleaved={self.mrope_interleaved}" if self.mrope_section else "")
@@ -482,7 +486,7 @@ def _as_bhsd(self:RotaryEmbedding, x, name):
     if not x.is_floating_point(): raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
     if x.ndim != 4:
         layout = {2: '(batch, heads, seq, head_dim)', 1: '(batch, seq, heads, head_dim)', 0: '(seq, batch, heads, head_dim)'}[self.seq_dim]
-        raise ValueError(f"{name} must be 4-D {layout} for seq_dim={self.seq_dim}, got shape {tuple(x.shape)}")
+        raise ValueError(f"{name} must be 4-D {layout} for seq_dim={_shown_seq_dim(self.seq_dim)}, got shape {tuple(x.shape)}")
     if x.shape[-1] != self.dim: raise ValueError(f"{name}.shape[-1] = {x.shape[-1]} must equal head_dim dim={self.dim}")
     return x.permute(*_TO_BHSD[self.seq_dim])
 
@@ -502,7 +506,7 @@ def _qk_as_bhsd(self:RotaryEmbedding, q, k):
     qb, kb = self._as_bhsd(q, 'q'), self._as_bhsd(k, 'k')
     if k.device != q.device: raise ValueError(f"k must be on q's device {q.device}, got k on {k.device}")
     if kb.shape[0] != qb.shape[0] or kb.shape[2] != qb.shape[2]:
-        raise ValueError(f"q and k must have the same batch and seq sizes, got q {tuple(q.shape)} and k {tuple(k.shape)} (seq_dim={self.seq_dim})")
+        raise ValueError(f"q and k must have the same batch and seq sizes, got q {tuple(q.shape)} and k {tuple(k.shape)} (seq_dim={_shown_seq_dim(self.seq_dim)})")
     if q.dtype != k.dtype: raise TypeError(f"q and k must have the same dtype, got {q.dtype} and {k.dtype}")
     return qb, kb
 
