@@ -195,7 +195,7 @@ def scaled_attention(
     k:Tensor,                 # (batch, kv_heads, kv_len, head_dim); kv_heads divides heads (GQA)
     v:Tensor,                 # (batch, kv_heads, kv_len, v_dim)
     mask:Tensor|None=None,    # broadcastable to (batch, heads, q_len, kv_len): bool (True = attend) or float (added)
-    is_causal:bool=False,     # a causal mask (q_len == kv_len)
+    is_causal:bool=False,     # causal, aligned top-left: needs q_len == kv_len (else pass `causal_mask` as mask)
     dropout_p:float=0.0,      # dropout on the weights
     need_weights:bool=False,  # also return the weights: the explicit path instead of SDPA
 )->tuple[Tensor, Tensor|None]: # the output (batch, heads, q_len, v_dim), and the weights or None
