@@ -103,6 +103,15 @@ def _default_attention_factor(scaling, max_seq_len, options:dict)->float:
     if s is None: s = max_seq_len / options['original_max_seq_len']  # rope_frequencies has checked that both exist
     return yarn_attention_factor(s)
 
+# %% ../nbs/02_rope.ipynb #b79111e1
+def _frequencies(rotary_dim:int, base:float, scaling:str|None, options:dict, max_seq_len:int|None,
+                 axial_2d:bool)->Tensor:
+    "θ_i = base^(-2i/rotary_dim), or a scaling variant's, in float64, made on the CPU (also under 'meta')"
+    n = rotary_dim // 2 if axial_2d else rotary_dim   # 2-D: one set of θ per axis
+    with torch.device('cpu'):
+        theta = rope_frequencies(n, base, scaling=scaling, dtype=torch.float64, max_seq_len=max_seq_len, **options)
+    return theta.repeat(1 + axial_2d)
+
 # %% ../nbs/02_rope.ipynb #dcf95a5d
 class RotaryEmbedding(nn.Module):
     "Rotary position embedding of queries and keys, with a float32 cos/sin cache of float64 angles"
@@ -136,12 +145,9 @@ class RotaryEmbedding(nn.Module):
         streams = None                             # None: every pair reads the one position stream
         if mrope_section is not None or mrope_interleaved or axial_2d:
             streams = self._pair_streams_cpu()
-        freq_dim = self.rotary_dim // 2 if axial_2d else self.rotary_dim  # 2-D: θ per axis
         self._dynamic = scaling == 'dynamic_ntk'   # θ from each call's own length
-        with torch.device('cpu'):                  # θ stays on the CPU, also under torch.device('meta')
-            self._inv_freq64 = rope_frequencies(freq_dim, base, scaling=scaling, dtype=torch.float64,
-                                                max_seq_len=None if self._dynamic else max_seq_len,
-                                                **self.scaling_options).repeat(1 + self.axial_2d)
+        self._inv_freq64 = _frequencies(self.rotary_dim, base, scaling, self.scaling_options,
+                                        None if self._dynamic else max_seq_len, self.axial_2d)
         if attention_factor is None:
             attention_factor = _default_attention_factor(scaling, max_seq_len, self.scaling_options)
         self.__dict__['_attention_factor'] = float(attention_factor)   # (the tables are built below)
@@ -160,28 +166,32 @@ class RotaryEmbedding(nn.Module):
             L0 = self.scaling_options.get('original_max_seq_len', max_seq_len)
             self._build(min(max_seq_len, L0) if self._dynamic else max_seq_len)
 
-    def _build(self, length:int):
-        "(Re)compute the cache for positions 0..length-1 on the buffers' device, outside inference"
-        self._grid_tables = {}                  # 2-D grid tables are made from these rows
-        self._plans, self._fast_rows = {}, {}    # so are forward's cached rows (and plans)
-        with torch.inference_mode(False), torch.no_grad():
-            device = self.inv_freq.device
-            self.inv_freq = self._inv_freq64.to(device)
-            cos_sin = rotary_cos_sin(torch.arange(length, device=device), self.inv_freq)
-            self.cos_cached, self.sin_cached = self._scaled(*cos_sin)
-        self.n_builds += 1
+# %% ../nbs/02_rope.ipynb #d86cdccb
+@patch
+def _build(self:RotaryEmbedding, length:int):
+    "(Re)compute the cache for positions 0..length-1 on the buffers' device, outside inference"
+    self._grid_tables = {}                  # 2-D grid tables are made from these rows
+    self._plans, self._fast_rows = {}, {}    # so are forward's cached rows (and plans)
+    with torch.inference_mode(False), torch.no_grad():
+        device = self.inv_freq.device
+        self.inv_freq = self._inv_freq64.to(device)
+        cos_sin = rotary_cos_sin(torch.arange(length, device=device), self.inv_freq)
+        self.cos_cached, self.sin_cached = self._scaled(*cos_sin)
+    self.n_builds += 1
 
-    def _scaled(self, cos:Tensor, sin:Tensor)->tuple[Tensor, Tensor]:
-        "cos and sin times `attention_factor` (untouched when it is 1)"
-        a = self.attention_factor
-        return (cos, sin) if a == 1.0 else (cos * a, sin * a)
+@patch
+def _scaled(self:RotaryEmbedding, cos:Tensor, sin:Tensor)->tuple[Tensor, Tensor]:
+    "cos and sin times `attention_factor` (untouched when it is 1)"
+    a = self._attention_factor
+    return (cos, sin) if a == 1.0 else (cos * a, sin * a)
 
-    def _pair_streams_cpu(self)->Tensor:
-        "`frequency_pair_streams` of this module's layout, made on the CPU (also under torch.device('meta'))"
-        with torch.device('cpu'):
-            return frequency_pair_streams(self.rotary_dim, self.mrope_section, self.mrope_interleaved,
-                                          self.axial_2d)
-
+# %% ../nbs/02_rope.ipynb #dae77ab4
+@patch
+def _pair_streams_cpu(self:RotaryEmbedding)->Tensor:
+    "`frequency_pair_streams` of this module's layout, made on the CPU (also under torch.device('meta'))"
+    with torch.device('cpu'):
+        return frequency_pair_streams(self.rotary_dim, self.mrope_section, self.mrope_interleaved,
+                                      self.axial_2d)
 
 # %% ../nbs/02_rope.ipynb #b7c2e4a1
 def _get_backend(self): return self._backend
