@@ -20,12 +20,12 @@ def _rotate_pairs(x, c, s, interleaved:bool):
     "`x` (…, seq, head_dim) rotated by rows `c, s` (…, seq, r/2), pass-through past `r`"
     r2 = c.shape[-1]; r = 2 * r2
     xr = x[..., :r].to(torch.promote_types(x.dtype, torch.float32))
-    if interleaved:
+    if interleaved:                            # pairs (2i, 2i+1): stacked back side by side
         xp = xr.unflatten(-1, (r2, 2)); xa, xb = xp[..., 0], xp[..., 1]
         y = torch.stack([xa * c - xb * s, xb * c + xa * s], -1).flatten(-2)
-    else:
-        xp = xr.unflatten(-1, (2, r2)); xa, xb = xp[..., 0, :], xp[..., 1, :]
-        y = torch.stack([xa * c - xb * s, xb * c + xa * s], -2).flatten(-2)
+    else:                                      # pairs (i, i + r/2): the two halves, joined
+        xa, xb = xr[..., :r2], xr[..., r2:]
+        y = torch.cat([xa * c - xb * s, xb * c + xa * s], -1)
     y = y.to(x.dtype)
     return y if r == x.shape[-1] else torch.cat([y, x[..., r:]], -1)
 
