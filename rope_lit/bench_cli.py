@@ -134,64 +134,6 @@ def _parser():
     ap.add_argument('--no-progress', action='store_true', help='hide the progress bar')
     return ap
 
-# %% ../nbs/04b_bench_cli.ipynb #12ba2d70
-def _child_argv(args, out)->list:
-    "The options of this run for a child process writing into folder `out` (all but --environments)"
-    argv = ['--device', args.device, '--out', str(out), '--pairings', *args.pairings,
-            '--modes', *args.modes, '--warmup', str(args.warmup)]
-    if args.shapes: argv += ['--shapes', *('x'.join(map(str, s)) for s in args.shapes)]
-    if args.dtype: argv += ['--dtype', args.dtype]
-    if args.methods: argv += ['--methods', *args.methods]
-    if args.repeats: argv += ['--repeats', str(args.repeats)]
-    if args.sweep: argv.append('--sweep')
-    if args.overwrite: argv.append('--overwrite')
-    if args.no_progress: argv.append('--no-progress')
-    return argv
-
-# %% ../nbs/04b_bench_cli.ipynb #28d05ef0
-def _merged_meta(metas:dict, command:str)->dict:
-    "One meta.json for runs in several environments ({name: meta}): the first one's, and each one's own"
-    own = ('date', 'load_average_at_start', 'GLIBC_TUNABLES')
-    first = next(iter(metas.values()))
-    meta = {k: v for k, v in first.items() if k not in own[1:]}   # the first run's date stays
-    meta.update(command=command,
-                environments={name: {k: m.get(k) for k in own} for name, m in metas.items()})
-    return meta
-
-# %% ../nbs/04b_bench_cli.ipynb #0a7fc2b0
-def _run_environments(
-    args,           # the parsed options
-    envs:list,      # names from `ENVIRONMENTS`, in order
-    out:Path,       # the results folder
-    rows:list,      # the merged rows, extended in place (an interrupted run keeps them)
-    notes:dict,     # why methods were skipped, updated in place
-    command:str,    # the command line, for meta.json
-    written=None,   # called after each write of `out`
-):
-    "Run the benchmark once per environment, each in a fresh process, and merge the results into `out`"
-    import subprocess, tempfile
-    from rope_lit.bench import read_results, write_results, CPU_TUNABLES
-    metas = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        def merge(name):   # the shapes the child finished (it writes after each one) go into `out`
-            if not (Path(tmp) / name / 'meta.json').exists(): return
-            part, meta = read_results(Path(tmp) / name)
-            rows.extend(part); notes.update(meta.pop('skipped', {})); metas[name] = meta
-            write_results(rows, notes, _merged_meta(metas, command), out)
-            if written: written()
-        for name in envs:
-            env = {k: v for k, v in os.environ.items() if k != 'GLIBC_TUNABLES'}
-            if name == 'glibc': env['GLIBC_TUNABLES'] = CPU_TUNABLES
-            child = [sys.executable, '-c', 'from rope_lit.bench_cli import main; main()',
-                     *_child_argv(args, Path(tmp) / name), '--environments', name]
-            try: done = subprocess.run(child, env=env, stdout=subprocess.DEVNULL)  # progress: stderr
-            except KeyboardInterrupt:   # Ctrl-C reaches the child too: keep what it finished
-                merge(name); raise
-            merge(name)
-            if done.returncode:
-                sys.exit(f"rope-lit-bench: the run in environment {name!r} failed "
-                         f"(exit status {done.returncode})")
-
 # %% ../nbs/04b_bench_cli.ipynb #0676e3f2
 def main(argv=None):
     "Entry point of `rope-lit-bench`"
@@ -295,3 +237,61 @@ def _measure(ap, args, argv, out:Path):
     if notes:
         print('skipped:', json.dumps(notes))
     print(f"wrote {out}/results.csv, meta.json, plot.png")
+
+# %% ../nbs/04b_bench_cli.ipynb #12ba2d70
+def _child_argv(args, out)->list:
+    "The options of this run for a child process writing into folder `out` (all but --environments)"
+    argv = ['--device', args.device, '--out', str(out), '--pairings', *args.pairings,
+            '--modes', *args.modes, '--warmup', str(args.warmup)]
+    if args.shapes: argv += ['--shapes', *('x'.join(map(str, s)) for s in args.shapes)]
+    if args.dtype: argv += ['--dtype', args.dtype]
+    if args.methods: argv += ['--methods', *args.methods]
+    if args.repeats: argv += ['--repeats', str(args.repeats)]
+    if args.sweep: argv.append('--sweep')
+    if args.overwrite: argv.append('--overwrite')
+    if args.no_progress: argv.append('--no-progress')
+    return argv
+
+# %% ../nbs/04b_bench_cli.ipynb #28d05ef0
+def _merged_meta(metas:dict, command:str)->dict:
+    "One meta.json for runs in several environments ({name: meta}): the first one's, and each one's own"
+    own = ('date', 'load_average_at_start', 'GLIBC_TUNABLES')
+    first = next(iter(metas.values()))
+    meta = {k: v for k, v in first.items() if k not in own[1:]}   # the first run's date stays
+    meta.update(command=command,
+                environments={name: {k: m.get(k) for k in own} for name, m in metas.items()})
+    return meta
+
+# %% ../nbs/04b_bench_cli.ipynb #0a7fc2b0
+def _run_environments(
+    args,           # the parsed options
+    envs:list,      # names from `ENVIRONMENTS`, in order
+    out:Path,       # the results folder
+    rows:list,      # the merged rows, extended in place (an interrupted run keeps them)
+    notes:dict,     # why methods were skipped, updated in place
+    command:str,    # the command line, for meta.json
+    written=None,   # called after each write of `out`
+):
+    "Run the benchmark once per environment, each in a fresh process, and merge the results into `out`"
+    import subprocess, tempfile
+    from rope_lit.bench import read_results, write_results, CPU_TUNABLES
+    metas = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        def merge(name):   # the shapes the child finished (it writes after each one) go into `out`
+            if not (Path(tmp) / name / 'meta.json').exists(): return
+            part, meta = read_results(Path(tmp) / name)
+            rows.extend(part); notes.update(meta.pop('skipped', {})); metas[name] = meta
+            write_results(rows, notes, _merged_meta(metas, command), out)
+            if written: written()
+        for name in envs:
+            env = {k: v for k, v in os.environ.items() if k != 'GLIBC_TUNABLES'}
+            if name == 'glibc': env['GLIBC_TUNABLES'] = CPU_TUNABLES
+            child = [sys.executable, '-c', 'from rope_lit.bench_cli import main; main()',
+                     *_child_argv(args, Path(tmp) / name), '--environments', name]
+            try: done = subprocess.run(child, env=env, stdout=subprocess.DEVNULL)  # progress: stderr
+            except KeyboardInterrupt:   # Ctrl-C reaches the child too: keep what it finished
+                merge(name); raise
+            merge(name)
+            if done.returncode:
+                sys.exit(f"rope-lit-bench: the run in environment {name!r} failed "
+                         f"(exit status {done.returncode})")

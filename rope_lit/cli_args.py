@@ -90,6 +90,9 @@ def number_list(low=1):  # smallest value allowed
     return convert
 
 # %% ../nbs/15_cli_args.ipynb #728812b1
+# "(default: X)", "(default X)", "(if omitted: X)" or "; default X" at the end: X with no brackets or semicolons
+_re_default = re.compile(r'\s*\((?:default:?|if omitted:)\s+(?P<value>[^();]+)\)|;\s*default\s+(?P<value2>[^();]+)$')
+
 def options_table(
     parser:argparse.ArgumentParser, # a command's parser
 )->str:                             # markdown: one row per option (flags, default, argparse's help text)
@@ -99,9 +102,17 @@ def options_table(
         if isinstance(a, argparse._HelpAction) or a.help == argparse.SUPPRESS: continue
         flags = ', '.join(f'`{o}`' for o in a.option_strings) or f'`{a.dest}`'
         d = a.default
-        default = ('' if d is None or d is False or d is argparse.SUPPRESS else ', '.join(map(str, d))
+        default = ('' if d is None or d is False or d is argparse.SUPPRESS else ', '.join(f'`{x}`' for x in d)
                    if isinstance(d, (list, tuple)) else f'`{d}`')
-        text = ' '.join(fmt._expand_help(a).split()).replace('|', '\\|')
+        text = ' '.join(fmt._expand_help(a).split())
+        said = list(_re_default.finditer(text))           # the help's own "(default: X)", said once
+        value = (said[0]['value'] or said[0]['value2']).strip() if len(said) == 1 else None
+        listed = isinstance(d, (list, tuple))
+        if value and (not default or value == (', '.join(map(str, d)) if listed else str(d))
+                      or listed and value in ('both', 'all')):
+            if not default: default = f'`{value}`' if ' ' not in value else value
+            text = (text[:said[0].start()] + text[said[0].end():]).strip()   # said in the default column
+        text, default = text.replace('|', '\\|'), default.replace('|', '\\|')
         text = re.sub(r'(?<![\w`-])(--[a-z][a-z0-9-]*)', r'`\1`', text)   # as code: markdown makes -- a dash
         rows.append(f'| {flags} | {default} | {text} |')
     return '\n'.join(rows)
