@@ -227,7 +227,7 @@ def run_benchmark(
     dtype=torch.float32,               # storage dtype of q and k
     pairings=('split', 'interleaved'), # pairings to time
     modes=('fwd', 'fwd+bwd'),          # forward only; forward and backward
-    methods=None,                      # peer names to run (default: all available); the floor and rope_lit's own always run
+    methods:list|None=None,            # peer names to run (default: all available); the floor and rope_lit's own always run
     repeats:int=30,                    # CPU: timed calls per method (5× for inputs under 8 MiB); CUDA: do_bench's budget in ms is 10× this
     warmup:int=3,                      # CPU: untimed calls per method first (compilation happens here)
     progress:bool=True,                # show a progress bar
@@ -299,7 +299,7 @@ def hardware(device:str)->dict:
     return meta
 
 # %% ../nbs/04a_benchmark.ipynb #7f439ab7
-def plot_results(rows:list, path=None):
+def plot_results(rows:list, path:str|Path|None=None):
     "Bar chart of time / floor per method, one panel per shape and mode; saved to `path` if given"
     try: import matplotlib.pyplot as plt   # headless runs get matplotlib's default Agg backend
     except ImportError: raise ImportError("plotting needs matplotlib: pip install 'rope_lit[experiments]'") from None
@@ -335,7 +335,7 @@ def plot_results(rows:list, path=None):
     return fig
 
 # %% ../nbs/04a_benchmark.ipynb #97d0d53b
-def results_table(rows:list, pairing=None, mode=None)->str:
+def results_table(rows:list, pairing:str|None=None, mode:str|None=None)->str:
     "The rows as a markdown table (optionally one pairing / mode)"
     rows = [r for r in rows if (pairing is None or r['pairing'] == pairing) and (mode is None or r['mode'] == mode)]
     e2e = any(r.get('end_to_end_us') not in (None, '') for r in rows)
@@ -390,7 +390,7 @@ def read_results(out)->tuple:
     return rows, meta
 
 # %% ../nbs/04a_benchmark.ipynb #182d39c5
-def sweep_tiles(shape, dtype=torch.bfloat16, interleaved=False, configs=None)->list:
+def sweep_tiles(shape, dtype=torch.bfloat16, interleaved=False, configs:list|None=None)->list:
     "do_bench median µs of `triton_rotary` for each (block_s, block_h, head_groups, num_warps) at `shape` on CUDA"
     import triton.testing
     from rope_lit.kernels import triton_rotary, tile_config
