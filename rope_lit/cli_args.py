@@ -107,13 +107,17 @@ def options_table(
         text = ' '.join(fmt._expand_help(a).split())
         said = list(_re_default.finditer(text))           # the help's own "(default: X)", said once
         value = (said[0]['value'] or said[0]['value2']).strip() if len(said) == 1 else None
+        if value and '. ' in value: value = None           # a sentence follows: not a value alone
         listed = isinstance(d, (list, tuple))
-        if value and (not default or value == (', '.join(map(str, d)) if listed else str(d))
-                      or listed and value in ('both', 'all')):
+        shown = ', '.join(map(str, d)) if listed else str(d)
+        if value and (not default or value == shown or listed and value in ('both', 'all')):
             if not default: default = f'`{value}`' if ' ' not in value else value
             text = (text[:said[0].start()] + text[said[0].end():]).strip()   # said in the default column
+        elif default and not listed and f'(default {shown}; ' in text:     # "(default X; more)": the more stays
+            text = text.replace(f'(default {shown}; ', '(')
         text, default = text.replace('|', '\\|'), default.replace('|', '\\|')
-        text = re.sub(r'(?<![\w`-])(--[a-z][a-z0-9-]*)', r'`\1`', text)   # as code: markdown makes -- a dash
+        code = lambda t: re.sub(r'(?<![\w`-])(--[a-z][a-z0-9-]*)', r'`\1`', t)   # markdown makes -- a dash
+        text, default = code(text), code(default)
         rows.append(f'| {flags} | {default} | {text} |')
     return '\n'.join(rows)
 
