@@ -48,7 +48,7 @@ def build_parser()->argparse.ArgumentParser:
     t.add_argument('--resume', action='store_true', help='continue the run in --run-dir exactly from its last checkpoint '
                    '(only --epochs, --max-steps, --time-budget, --checkpoint-every, --epoch-checkpoints, --keep-epochs, --device, --threads, --eval-batch, --final-eval, --no-final-eval, --val-bleu, --no-val-bleu apply)')
     t.add_argument('--overwrite', action='store_true', help='start again in place of the run in --run-dir (deleted once the new run has saved weights)')
-    t.add_argument('--data', help="'synthetic', 'multi30k' (found in $ROPE_LIT_MULTI30K, ~/.cache/rope_lit/multi30k, .data/multi30k or shared/data/multi30k beside a checkout) "
+    t.add_argument('--data', help="'synthetic', 'multi30k' (found in $ROPE_LIT_MULTI30K or the download cache ~/.cache/rope_lit/multi30k; a source checkout also looks in its data folders) "
                    "or a folder of raw {train,val,test_2016_flickr}.{de,en}[.gz] files")
     t.add_argument('--seed', type=number(int, 0), help='seed of initialisation, dropout and batch order (default 0)')
     for name, kind, hlp in [('N', int, 'encoder and decoder layers'), ('d-model', int, 'model width'),
@@ -78,7 +78,7 @@ def build_parser()->argparse.ArgumentParser:
     t.add_argument('--no-amp', dest='amp', action='store_const', const=False, help='disable bf16 autocast on CUDA')
     t.add_argument('--compile', action='store_const', const=True, help='torch.compile the model for training')
     t.add_argument('--no-cpu-speed', dest='cpu_speed', action='store_const', const=False,
-                   help="on a CPU, train without the model's speed wing (the same model, slower)")
+                   help="on a CPU, train without the optional speed module rope_lit.translation.fast (the same model, slower)")
     bleu = t.add_mutually_exclusive_group()
     bleu.add_argument('--no-val-bleu', dest='val_bleu', action='store_const', const=False,
                       help='skip the greedy validation BLEU after each epoch (the validation loss is still logged)')
@@ -111,7 +111,7 @@ def build_parser()->argparse.ArgumentParser:
     r.add_argument('--device', type=_device_name, default='cpu', help='device to decode on (default cpu)')
     r.add_argument('--average-last', type=number(int, 1), help='translate with the mean of the weights kept after the '
                    'last n epochs (train --keep-epochs)')
-    r.add_argument('--bf16', action='store_true', help='decode with bfloat16 weights and activations (faster where memory bandwidth limits decoding, e.g. one sentence on a CPU)')
+    r.add_argument('--bf16', action='store_true', help='decode with bfloat16 weights and activations (half the memory; on the CPUs measured, slower than float32)')
     d = sub.add_parser('download', help='download Multi30k (De-En, about 2 MB) and check its checksums',
                        description='Download the raw Multi30k files, verify their SHA-256 checksums, and keep them where '
                                    "`train --data multi30k` finds them.")

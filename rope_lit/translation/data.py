@@ -179,7 +179,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2] if '__file__' in globals() else 
 
 # %% ../../nbs/10_mt_data.ipynb #55dc29d8
 def multi30k_download_dir()->Path:
-    "Where `rope-lit-translate download` puts Multi30k: `$ROPE_LIT_MULTI30K`, else `~/.cache/rope_lit/multi30k`"
+    "Where `rope-lit-translate download` puts Multi30k: `$ROPE_LIT_MULTI30K`, else `rope_lit/multi30k` in the cache"
     if os.environ.get('ROPE_LIT_MULTI30K'): return Path(os.environ['ROPE_LIT_MULTI30K'])
     cache = os.environ.get('XDG_CACHE_HOME') or Path.home()/'.cache'
     return Path(cache)/'rope_lit'/'multi30k'

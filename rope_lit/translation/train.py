@@ -28,15 +28,15 @@ try: from tqdm import tqdm
 except ImportError: tqdm = None
 
 # %% auto #0
-__all__ = ['PRESETS', 'RUN_FILE_MODE', 'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', 'EXAMPLE_DE', 'EXAMPLE_EN', 'RUN_LENGTH_FIELDS',
-           'RUN_FILES', 'ASIDE', 'GOING', 'TranslationConfig', 'make_config', 'noam_lr', 'make_optimizer',
+__all__ = ['PRESETS', 'RUN_FILE_MODE', 'EXAMPLE_DE', 'EXAMPLE_EN', 'RUN_LENGTH_FIELDS', 'RUN_FILES', 'ASIDE', 'GOING',
+           'M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', 'TranslationConfig', 'make_config', 'noam_lr', 'make_optimizer',
            'load_optimizer_state', 'load_splits', 'atomic_save', 'rng_state', 'set_rng_state', 'epoch_number',
            'epoch_weights', 'may_stop_early', 'keep_epoch_weights', 'drop_stale_epoch_weights', 'average_checkpoints',
-           'translate', 'score', 'train_step', 'tune_cpu_malloc', 'check_device', 'read_checkpoint', 'read_tokenizer',
-           'read_config', 'hardware', 'eval_loss', 'first_detail', 'check_same_run', 'tokenizer_digest', 'data_digest',
-           'load_model', 'example_attention', 'evaluate', 'run_files', 'final_weight_files', 'check_no_aside',
-           'set_aside', 'restore_aside', 'RunDirInUse', 'RunDirBusy', 'check_run_dir', 'check_config', 'check_settings',
-           'NonFiniteLoss', 'TrainingInterrupted', 'train']
+           'translate', 'score', 'train_step', 'check_device', 'read_checkpoint', 'read_tokenizer', 'read_config',
+           'hardware', 'eval_loss', 'first_detail', 'check_same_run', 'tokenizer_digest', 'data_digest', 'load_model',
+           'example_attention', 'evaluate', 'run_files', 'final_weight_files', 'check_no_aside', 'set_aside',
+           'restore_aside', 'RunDirInUse', 'RunDirBusy', 'check_run_dir', 'check_config', 'check_settings',
+           'NonFiniteLoss', 'TrainingInterrupted', 'train', 'tune_cpu_malloc']
 
 # %% ../../nbs/12_mt_train.ipynb #eea537c6
 @dataclass
@@ -70,7 +70,7 @@ class TranslationConfig:
     device:str = 'auto'            # 'auto', 'cpu', 'cuda', ...
     amp:bool = True                # bf16 autocast on CUDA
     compile:bool = False           # torch.compile the model for training
-    cpu_speed:bool = True          # on a CPU: the model's speed wing (`speed_up`): the same model, faster
+    cpu_speed:bool = True          # on a CPU: the optional speed wing, `translation.fast`
     threads:int|None = None        # torch CPU threads (None: torch's default)
     log_every:int = 20             # optimizer steps between metrics lines
 
@@ -307,26 +307,6 @@ def train_step(
         loss_sum = loss_sum + loss.detach()   # no .item() here: no GPU sync per micro-batch
     opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
     return loss_sum, n_tgt, step_tok
-
-# %% ../../nbs/12_mt_train.ipynb #9895a32d
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3   # mallopt's parameter numbers (glibc's malloc.h)
-
-def tune_cpu_malloc(
-    mmap_threshold:int=256 << 20,       # blocks this big get their own pages (glibc: 128 KiB, raised)
-    trim_threshold:int=(1 << 31) - 1,   # free memory kept at the heap's top (glibc: 128 KiB, raised)
-)->bool:                                # whether glibc took both settings
-    "Let glibc's malloc keep freed memory for reuse instead of returning it to the kernel"
-    for name, v in (('mmap_threshold', mmap_threshold), ('trim_threshold', trim_threshold)):
-        if isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 2**31:
-            raise ValueError(f"{name} must be an int in [1, 2**31), got {v!r}")
-    if os.environ.get('GLIBC_TUNABLES') or platform.system() != 'Linux': return False
-    import ctypes
-    mallopt = getattr(ctypes.CDLL(None), 'mallopt', None)   # the C library this process runs on
-    if mallopt is None: return False
-    mmap_ok = mallopt(M_MMAP_THRESHOLD, mmap_threshold) == 1
-    if not mmap_ok: mmap_ok = mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1   # older glibc: at most 32 MiB
-    trim_ok = mallopt(M_TRIM_THRESHOLD, trim_threshold) == 1
-    return mmap_ok and trim_ok
 
 # %% ../../nbs/12_mt_train.ipynb #5de005f0
 def check_device(name:str)->torch.device:
@@ -1018,3 +998,23 @@ def train(
         return summary
     finally:
         if held is not None: os.close(held)   # the lock on run_dir
+
+# %% ../../nbs/12_mt_train.ipynb #9895a32d
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3   # mallopt's parameter numbers (glibc's malloc.h)
+
+def tune_cpu_malloc(
+    mmap_threshold:int=256 << 20,       # blocks this big get their own pages (glibc: 128 KiB, raised)
+    trim_threshold:int=(1 << 31) - 1,   # free memory kept at the heap's top (glibc: 128 KiB, raised)
+)->bool:                                # whether glibc took both settings
+    "Let glibc's malloc keep freed memory for reuse instead of returning it to the kernel"
+    for name, v in (('mmap_threshold', mmap_threshold), ('trim_threshold', trim_threshold)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 2**31:
+            raise ValueError(f"{name} must be an int in [1, 2**31), got {v!r}")
+    if os.environ.get('GLIBC_TUNABLES') or platform.system() != 'Linux': return False
+    import ctypes
+    mallopt = getattr(ctypes.CDLL(None), 'mallopt', None)   # the C library this process runs on
+    if mallopt is None: return False
+    mmap_ok = mallopt(M_MMAP_THRESHOLD, mmap_threshold) == 1
+    if not mmap_ok: mmap_ok = mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1   # older glibc: at most 32 MiB
+    trim_ok = mallopt(M_TRIM_THRESHOLD, trim_threshold) == 1
+    return mmap_ok and trim_ok
