@@ -111,7 +111,7 @@ def build_parser()->argparse.ArgumentParser:
     r.add_argument('--device', type=_device_name, default='cpu', help='device to decode on (default cpu)')
     r.add_argument('--average-last', type=number(int, 1), help='translate with the mean of the weights kept after the '
                    'last n epochs (train --keep-epochs)')
-    r.add_argument('--bf16', action='store_true', help='decode with bfloat16 weights and activations (half the memory; on the CPUs measured, slower than float32)')
+    r.add_argument('--bf16', action='store_true', help='decode with bfloat16 weights and activations (half the memory; whether it is faster depends on the CPU: time both)')
     d = sub.add_parser('download', help='download Multi30k (De-En, about 2 MB) and check its checksums',
                        description='Download the raw Multi30k files, verify their SHA-256 checksums, and keep them where '
                                    "`train --data multi30k` finds them.")
