@@ -185,15 +185,18 @@ def epoch_number(path:Path)->int:
     "The epoch of a `checkpoints/epoch_NNN.pt` file: 17 for `epoch_017.pt`"
     return int(Path(path).stem[len('epoch_'):])
 
+# %% ../../nbs/12_mt_train.ipynb #d6fc117e
 def epoch_weights(run_dir:str|Path)->list[Path]:
     "The `checkpoints/epoch_NNN.pt` files of a run, oldest epoch first"
     found = [f for f in (Path(run_dir)/'checkpoints').glob('epoch_*.pt') if re.fullmatch(r'epoch_\d+\.pt', f.name)]
     return sorted(found, key=epoch_number)
 
+# %% ../../nbs/12_mt_train.ipynb #f91b5378
 def may_stop_early(cfg:TranslationConfig)->bool:
     "Whether a run can end before `cfg.epochs` (a time budget or a step limit): it then keeps every epoch's weights"
     return cfg.time_budget is not None or cfg.max_steps is not None
 
+# %% ../../nbs/12_mt_train.ipynb #34a4246f
 def keep_epoch_weights(model, run_dir:str|Path, epoch:int, keep:int, **run):
     "Save `model`'s weights as `checkpoints/epoch_NNN.pt` (NNN = `epoch`); delete those outside the last `keep` epochs"
     atomic_save(dict(model=model.state_dict(), epoch=epoch, **run),   # `run`: its config and tokenizer's digest
@@ -201,6 +204,7 @@ def keep_epoch_weights(model, run_dir:str|Path, epoch:int, keep:int, **run):
     for f in epoch_weights(run_dir):
         if not epoch - keep < epoch_number(f) <= epoch: f.unlink()   # older, or left by a run killed later on
 
+# %% ../../nbs/12_mt_train.ipynb #c951305e
 def drop_stale_epoch_weights(run_dir:str|Path, cfg:TranslationConfig, epoch:int):
     "On resuming at `epoch`: delete kept weights of later epochs (a killed run's) and, in a run that ends at `cfg.epochs`, of epochs before its last `cfg.keep_epochs`"
     fixed = cfg.keep_epochs and not may_stop_early(cfg)
@@ -425,15 +429,16 @@ def check_same_run(ck, cfg:TranslationConfig, ck_path, run_dir, need_config:bool
         raise ValueError(f"checkpoint {ck_path} was trained with another tokenizer than {Path(run_dir)/'tokenizer.json'}: "
                          "the files come from different runs")
 
+# %% ../../nbs/12_mt_train.ipynb #4fab9d4b
 def tokenizer_digest(run_dir)->str|None:
     "SHA-256 of `run_dir/tokenizer.json`, which every checkpoint of the run records (None: no such file)"
     try: return hashlib.sha256((Path(run_dir)/'tokenizer.json').read_bytes()).hexdigest()
     except FileNotFoundError: return None
 
+# %% ../../nbs/12_mt_train.ipynb #971148e8
 def data_digest(pairs:list)->str:
     "SHA-256 of sentence pairs as read, in order: every checkpoint records its training and validation data's"
     return hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode()).hexdigest()
-
 
 # %% ../../nbs/12_mt_train.ipynb #6c0092d4
 def load_model(
@@ -544,6 +549,7 @@ def run_files(run_dir:str|Path)->list[str]:
                       or re.fullmatch(r'(results|attention)(\.avg\d+)?(\.n\d+)?\.json', n))
     return sorted(p.name for p in d.iterdir() if ours(p.name))
 
+# %% ../../nbs/12_mt_train.ipynb #0bd2deac
 def final_weight_files(run_dir:str|Path)->list[Path]:
     "The evaluation files of a run's final weights (not of averaged epochs): stale once training goes on"
     return [Path(run_dir)/n for n in run_files(run_dir)
@@ -552,6 +558,7 @@ def final_weight_files(run_dir:str|Path)->list[Path]:
 ASIDE = '.replaced'   # where an overwrite keeps the old run until the new one has saved weights
 GOING = ASIDE + '.deleting'   # the replaced run while it is deleted (cut short by a kill: the next run ends it)
 
+# %% ../../nbs/12_mt_train.ipynb #78c53e6f
 def check_no_aside(run_dir:Path):
     "Raise unless `run_dir` is free of a run that an overwrite set aside and was killed before it saved weights"
     if os.path.lexists(run_dir/ASIDE):
@@ -560,6 +567,7 @@ def check_no_aside(run_dir:Path):
                               f"(replacing those of the same name) and delete {ASIDE}; to drop it, delete {ASIDE}; "
                               "then run again")
 
+# %% ../../nbs/12_mt_train.ipynb #0616dd64
 def set_aside(run_dir:Path)->Path|None:
     "Move the run in `run_dir` into `run_dir/.replaced` (nothing deleted), where `restore_aside` finds it; None: no run"
     names = run_files(run_dir)
@@ -576,12 +584,14 @@ def set_aside(run_dir:Path)->Path|None:
         raise
     return aside
 
+# %% ../../nbs/12_mt_train.ipynb #d4504b52
 def restore_aside(run_dir:Path, aside:Path):
     "Put the run set aside back, removing what a failed new run wrote"
     _remove(run_dir, run_files(run_dir))
     for p in aside.iterdir(): os.replace(p, run_dir/p.name)
     aside.rmdir()
 
+# %% ../../nbs/12_mt_train.ipynb #c205de53
 def _remove(run_dir:Path, names):
     "Delete these files or folders of `run_dir` (a link itself, never what it points to)"
     for name in names:
@@ -596,10 +606,12 @@ class RunDirInUse(FileExistsError):
         super().__init__(f"run_dir {run_dir} already holds a run ({', '.join(names)}): pass resume=True to "
                          "continue it, overwrite=True to start it again, or use a new folder")
 
+# %% ../../nbs/12_mt_train.ipynb #9eb77233
 class RunDirBusy(FolderBusy):
     "Another process is training in `run_dir` (it holds the folder's lock: `hold_folder`)"
     what, doing = 'run_dir', 'training in it'
 
+# %% ../../nbs/12_mt_train.ipynb #171c3fe9
 def _drop_replaced(run_dir:Path, name:str=GOING):
     "Delete `run_dir/name`, a replaced run; what cannot be deleted stays, with a one-line warning"
     going = run_dir/name
@@ -654,6 +666,7 @@ def check_config(cfg:TranslationConfig, where:str='config'):
                 or (v == 0 and name != 'length_penalty'):
             bad(name, 'a finite number ' + ('>= 0' if name == 'length_penalty' else '> 0'))
 
+# %% ../../nbs/12_mt_train.ipynb #d16b1a4e
 def check_settings(
     cfg:TranslationConfig,  # the run's settings
     tok,                    # its tokenizer
@@ -704,13 +717,13 @@ def _nothing_kept(run_dir:Path)->bool:
     log = run_dir/'metrics.jsonl'
     return not any((run_dir/'checkpoints').glob('*')) and not (log.is_file() and log.stat().st_size)
 
+# %% ../../nbs/12_mt_train.ipynb #97483d8c
 def _undo_new_run(run_dir:Path, made:Path|None, held:int|None):
     "Remove what a new run that kept nothing wrote: its files, and the folders it made up to `made` (if empty)"
     if not _nothing_kept(run_dir): return   # its log or weights are worth keeping: all stays
     for name in ('config.json', 'tokenizer.json', 'metrics.jsonl'): (run_dir/name).unlink(missing_ok=True)
     with contextlib.suppress(OSError): (run_dir/'checkpoints').rmdir()   # only if empty: nothing else is touched
     remove_made(run_dir, made, held)
-
 
 # %% ../../nbs/12_mt_train.ipynb #c3e4c410
 def _open_run(cfg:TranslationConfig, run_dir:Path, resume:bool, overwrite:bool, overrides:dict, world:int, rank:int
