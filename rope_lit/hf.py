@@ -6,17 +6,17 @@ Docs: https://rope-lit.github.io/rope_lit/transformers.html.md"""
 
 # %% ../nbs/06_transformers.ipynb #27ce3cef
 from __future__ import annotations
-import copy, functools, inspect, math, os, statistics, sys, threading, time, types
+import functools, os, statistics, time
 import torch
 from torch import Tensor, nn
 from .kernels import BACKENDS, select_backend
 from .cpp_build import cpu_info
-from .rope import rotary_qk as rotary_qk_eager
+from .hf_patch import ROTARY, forward_calling, pairing_of, patched_modules, rewrapped, swap_forwards, unpatch
+_all_ = ['patched_modules', 'unpatch']
 
 # %% auto #0
-__all__ = ['FORMS', 'ROTARY', 'PATCHED', 'rows_from_hf', 'make_apply_rotary_pos_emb', 'make_apply_rotary_pos_emb_single',
-           'rotary_forward', 'probe_pairing', 'pairing_of', 'kernel_hook_status', 'forward_calling', 'rewrapped',
-           'patched_modules', 'unpatch', 'patch', 'benchmark_llama']
+__all__ = ['rows_from_hf', 'make_apply_rotary_pos_emb', 'make_apply_rotary_pos_emb_single', 'patch', 'benchmark_llama',
+           'patched_modules', 'unpatch']
 
 # %% ../nbs/06_transformers.ipynb #72348e1c
 def rows_from_hf(
@@ -76,206 +76,12 @@ def make_apply_rotary_pos_emb_single(
         return x_rot.transpose(1, 2)
     return apply_rotary_pos_emb
 
-# %% ../nbs/06_transformers.ipynb #cd5bb613
-FORMS = {('q', 'k', 'cos', 'sin', 'unsqueeze_dim'): 'qk', ('tensor', 'sin', 'cos'): 'single'}
-ROTARY = 'apply_rotary_pos_emb'     # the global name every RoPE family's attention calls
-
-def rotary_forward(m:nn.Module):
-    "The class `forward` of `m`, under its decorators, if it calls a module-level `apply_rotary_pos_emb`"
-    f = inspect.unwrap(type(m).forward)          # under e.g. transformers' @deprecate_kwarg wrappers
-    if isinstance(f, types.FunctionType) and ROTARY in f.__code__.co_names and ROTARY in f.__globals__:
-        return f
-    return None
-
-# %% ../nbs/06_transformers.ipynb #af5e62d9
-def probe_pairing(
-    fn,                     # a family's `apply_rotary_pos_emb`
-    form:str,               # its form: 'qk' or 'single' (see `FORMS`)
-)->bool|None:               # interleaved (True), split halves (False), or None: neither
-    "Find the pairing `fn` rotates with, by running it on random inputs against rope_lit's rotation"
-    g = torch.Generator().manual_seed(0)
-    theta = torch.rand(2, 5, 4, generator=g) * 2 * math.pi             # (batch, seq, r/2) angles
-    q, k = torch.randn(2, 3, 5, 8, generator=g), torch.randn(2, 1, 5, 8, generator=g)
-    for interleaved in ((False, True) if form == 'qk' else (True,)):
-        want = rotary_qk_eager(q, k, theta.cos(), theta.sin(), interleaved=interleaved)
-        try:
-            if form == 'qk':
-                twice = (lambda t: t.repeat_interleave(2, -1)) if interleaved else (
-                    lambda t: torch.cat([t, t], -1))
-                got = fn(q, k, twice(theta.cos()), twice(theta.sin()))
-            else:   # one tensor, (batch, seq, heads, r), tables with one angle per pair
-                got = [fn(x.transpose(1, 2), theta.sin(), theta.cos()).transpose(1, 2)
-                       for x in (q, k)]
-            if all(torch.allclose(a, b, atol=1e-5) for a, b in zip(got, want)): return interleaved
-        except Exception: pass    # a function that fails on this layout does not use it
-    return None
-
-# %% ../nbs/06_transformers.ipynb #6ba5ff13
-def pairing_of(
-    fn,                     # a family's `apply_rotary_pos_emb`
-    owner:str,              # the attention class, named in errors
-)->tuple:                   # (form, interleaved)
-    "The form and pairing of `fn`; a one-line error for a function rope_lit cannot stand in for"
-    sig = inspect.signature(fn)
-    form = FORMS.get(tuple(sig.parameters))
-    if form is None:
-        from importlib import metadata
-        try: version = metadata.version('transformers')
-        except metadata.PackageNotFoundError: version = '5'
-        old = int(version.split('.')[0]) < 5 if version.split('.')[0].isdigit() else False
-        note = f" (transformers {version} is installed; rope_lit.hf is tested with 5.0 and later)" if old else ""
-        raise TypeError(f"rope_lit.hf.patch: {owner} calls apply_rotary_pos_emb{sig}, "
-                        f"a signature rope_lit.hf does not replace{note}")
-    interleaved = probe_pairing(fn, form)
-    if interleaved is None:
-        raise ValueError(f"rope_lit.hf.patch: {owner}'s apply_rotary_pos_emb does not rotate like either standard "
-                         "form (split halves with tables [c, c], adjacent pairs with each angle twice in place), "
-                         "e.g. because it rearranges the tables itself: rope_lit cannot stand in for it")
-    if form == 'qk' and _takes_shorter_queries(fn):
-        raise ValueError(f"rope_lit.hf.patch: {owner}'s apply_rotary_pos_emb also rotates queries of fewer "
-                         "positions than the keys, which rope_lit's rotation (one length for both) cannot stand in for")
-    return form, interleaved
-
-def _takes_shorter_queries(fn)->bool:
-    "Whether `fn` runs on queries of fewer positions than the keys and their tables"
-    g = torch.Generator().manual_seed(1)
-    q, k, cos = (torch.randn(*s, generator=g) for s in ((1, 2, 2, 8), (1, 1, 5, 8), (1, 5, 8)))
-    try: fn(q, k, cos, cos.flip(-1)); return True
-    except Exception: return False   # transformers' own functions: q times tables of the keys' length fails
-
-# %% ../nbs/06_transformers.ipynb #7245a885
-def kernel_hook_status()->str:
-    "Whether the installed transformers routes `apply_rotary_pos_emb` through the `kernels` hook, and if not why"
-    from importlib import metadata
-    try: from transformers.models.llama import modeling_llama
-    except ImportError: return 'transformers is not installed'
-    if isinstance(modeling_llama.apply_rotary_pos_emb, nn.Module): return 'on'
-    try: have = metadata.version('kernels')
-    except metadata.PackageNotFoundError: have = None
-    from transformers.utils import import_utils
-    lo, hi = (getattr(import_utils, f'KERNELS_{b}_VERSION', None) for b in ('MIN', 'MAX'))
-    wants = f"kernels >={lo},<{hi}" if lo and hi else 'kernels'
-    return f"off: transformers {metadata.version('transformers')} needs {wants}; " + (
-        f"kernels {have} is installed" if have else "kernels is not installed")
-
-# %% ../nbs/06_transformers.ipynb #352049fe
-PATCHED = 'rope_lit.hf.patched'       # the modules that hold patched forwards' globals are named under it
-_OWN = ('__name__', '__spec__', '__loader__', '__package__')   # a module's own names, not copied
-_modules_lock = threading.Lock()
-
-def forward_calling(
-    forward,                # a class's `forward` function (undecorated)
-    rotary,                 # what its `apply_rotary_pos_emb` should be
-    key:str,                # names the module of globals: one per modeling file and rotation
-):                          # a copy of `forward` that calls `rotary`
-    "`forward` with its global `apply_rotary_pos_emb` bound to `rotary`: same code, globals of its own"
-    name = f"{PATCHED}.{forward.__module__.replace('.', '_')}.{key}"
-    with _modules_lock:
-        mod = sys.modules.get(name) or types.ModuleType(name)
-        mod.__dict__.update({k: v for k, v in forward.__globals__.items() if k not in _OWN})
-        mod.__dict__[ROTARY] = rotary
-        sys.modules[name] = mod       # a real module, so that torch.compile can import and guard on it
-    f = types.FunctionType(forward.__code__, mod.__dict__, forward.__name__, forward.__defaults__,
-                           forward.__closure__)
-    f.__kwdefaults__, f.__qualname__, f.__doc__ = (forward.__kwdefaults__, forward.__qualname__,
-                                                   forward.__doc__)
-    f.__dict__.update(forward.__dict__)
-    return f
-
-# %% ../nbs/06_transformers.ipynb #1abccb8a
-def _cell(c):
-    try: return c.cell_contents
-    except ValueError: return None    # an empty cell
-
-# %% ../nbs/06_transformers.ipynb #7d3e3521
-def rewrapped(
-    outer,                  # a class's `forward` as written, decorators and all
-    inner,                  # a patched copy of `inspect.unwrap(outer)`
-    owner:str='attention',  # the class, named in errors
-):                          # `outer`'s chain of wrappers around `inner`
-    "The decorators of `outer`, rebuilt around `inner`"
-    held = getattr(outer, '__wrapped__', None)
-    if held is None: return inner
-    if not isinstance(outer, types.FunctionType):
-        raise TypeError(f"rope_lit.hf.patch: {owner}.forward is wrapped by a {type(outer).__name__} object, "
-                        "not a function; rope_lit cannot rebuild it")
-    new = rewrapped(held, inner, owner)
-    cells = outer.__closure__ or ()
-    hits = [n for n, c in enumerate(cells) if _cell(c) is held]
-    if len(hits) != 1:
-        raise TypeError(f"rope_lit.hf.patch: {owner}.forward is wrapped by {outer.__qualname__}, a "
-                        "decorator that does not hold the function it wraps in its closure; "
-                        "rope_lit cannot rebuild it")
-    closure = tuple(types.CellType(new) if n == hits[0] else c for n, c in enumerate(cells))
-    f = types.FunctionType(outer.__code__, outer.__globals__, outer.__name__, outer.__defaults__,
-                           closure)
-    f.__kwdefaults__, f.__qualname__, f.__doc__ = (outer.__kwdefaults__, outer.__qualname__,
-                                                   outer.__doc__)
-    f.__dict__.update(outer.__dict__)
-    f.__wrapped__ = new
-    return f
-
-# %% ../nbs/06_transformers.ipynb #cdb580c5
-_SAVED = '_rope_lit_hf_saved'   # instance attribute: (slot, had it, its value before, what was put there)
-
-class _Saved(tuple):
-    "What `patch` put on a module and what was there: copied with the model, refused by pickle, which would drop it"
-    def __deepcopy__(self, memo): return _Saved(copy.deepcopy(tuple(self), memo))   # the patch follows the copy
-    def __reduce__(self):
-        raise TypeError("rope_lit.hf: a patched model cannot be pickled whole (torch.save(model)): pickle would "
-                        "restore transformers' own forward and silently drop the patch; save model.state_dict() "
-                        "and patch again after loading, or unpatch(model) first")
-
-# %% ../nbs/06_transformers.ipynb #2907d144
-def _slot(m:nn.Module, name:str)->str:
-    "Where `m`'s patched forward goes: 'forward', or '_old_forward' under accelerate's hook wrapper"
-    put = m.__dict__.get(_SAVED, (None,) * 4)[3]   # a patch's forward counts as the class's
-    plain = lambda f: f is not None and (f is put or (getattr(f, '__func__', None) is type(m).forward
-                                                      and getattr(f, '__self__', None) is m))
-    own = m.__dict__.get('forward')
-    if own is None or plain(own): return 'forward'   # no instance forward, or the class's, bound
-    if plain(m.__dict__.get('_old_forward')): return '_old_forward'   # the wrapper calls it: it stays
-    raise TypeError(f"rope_lit.hf.patch: {name} ({type(m).__name__}) has a forward of its own on the "
-                    "instance, a wrapper rope_lit cannot see into; patch the model before wrapping it")
-
 # %% ../nbs/06_transformers.ipynb #47558d7a
 @functools.lru_cache(maxsize=None)
 def _rotary(form:str, backend:str, interleaved:bool, owner:str):
     "One replacement function per form, backend, pairing and class (so compiled graphs see one object)"
     return (make_apply_rotary_pos_emb(backend, interleaved, owner) if form == 'qk'
             else make_apply_rotary_pos_emb_single(backend))
-
-# %% ../nbs/06_transformers.ipynb #0e978526
-def _put(model:nn.Module, plan:list)->nn.Module:
-    "Bind each planned forward to its module (after `unpatch`), remembering what was there"
-    unpatch(model)
-    for m, forward, slot in plan:
-        put = types.MethodType(forward, m)
-        m.__dict__[_SAVED] = _Saved((slot, slot in m.__dict__, m.__dict__.get(slot), put))
-        m.__dict__[slot] = put
-    return model
-
-# %% ../nbs/06_transformers.ipynb #4801a19f
-def patched_modules(model:nn.Module)->list:
-    "Names of the modules of `model` that `patch` changed"
-    return [name for name, m in model.named_modules() if _SAVED in m.__dict__]
-
-# %% ../nbs/06_transformers.ipynb #7efcae1e
-def unpatch(
-    model:nn.Module,        # a model, patched or not
-)->nn.Module:               # `model`, as it was before `patch`
-    "Undo `patch`: every module gets back exactly the `forward` (or `_old_forward`) it had"
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"rope_lit.hf.unpatch needs a torch.nn.Module, got {type(model).__name__}")
-    for m in model.modules():
-        if _SAVED not in m.__dict__: continue
-        slot, had, before, put = m.__dict__.pop(_SAVED)
-        for name in ('forward', '_old_forward'):   # wherever the patch's forward is now
-            if m.__dict__.get(name) is not put: continue
-            if name == slot and had: m.__dict__[name] = before
-            elif name == 'forward': del m.__dict__[name]   # (a hook removed since: the class's again)
-            else: m.__dict__[name] = types.MethodType(type(m).forward, m)   # (a hook added since)
-    return model
 
 # %% ../nbs/06_transformers.ipynb #f5957825
 def patch(
@@ -290,33 +96,29 @@ def patch(
         raise ValueError(f"rope_lit.hf.patch: backend must be one of {BACKENDS}, got {backend!r}")
     p = next(model.parameters(), None)
     select_backend(backend, p.device.type if p is not None else 'cpu')   # raises if unusable there
-    plan, pairings, made = [], {}, {}
-    for name, m in model.named_modules():
-        inner = rotary_forward(m)
-        if inner is None: continue
-        owner = type(m).__name__
-        fn = inner.__globals__[ROTARY]
-        if fn not in pairings: pairings[fn] = pairing_of(fn, owner)
-        if type(m) not in made:       # one patched forward per class, shared by its layers
+    pairings, made = {}, {}
+    def forward_for(m, inner):        # one patched forward per class, shared by its layers
+        owner, fn = type(m).__name__, inner.__globals__[ROTARY]
+        if fn not in pairings: pairings[fn] = pairing_of(fn, owner)   # raises for a function it can't replace
+        if type(m) not in made:
             form, interleaved = pairings[fn]
             key = f"{form}_{'interleaved' if interleaved else 'split'}_{backend}_{owner}"
             rotary = _rotary(form, backend, interleaved, owner)
             getattr(rotary, 'checked', []).clear()       # this model's tables are checked on its first call
             made[type(m)] = rewrapped(type(m).forward, forward_calling(inner, rotary, key), owner)
-        plan.append((m, made[type(m)], _slot(m, name or type(model).__name__)))
-    if not plan:
+        return made[type(m)]
+    if not swap_forwards(model, forward_for):
         raise ValueError(f"rope_lit.hf.patch: no module of {type(model).__name__} has a forward that "
                          "calls a module-level apply_rotary_pos_emb, the function through which "
                          "transformers' RoPE families rotate; rope_lit finds nothing to replace")
-    return _put(model, plan)
+    return model
 
 # %% ../nbs/06_transformers.ipynb #c1b6e7af
 def _swap_rotation(model:nn.Module, rotary)->nn.Module:
     "Patch `model` with the given `apply_rotary_pos_emb` (no checks: the benchmark's no-rotation reference)"
-    plan = [(m, rewrapped(type(m).forward, forward_calling(inner, rotary, f'swap_{id(rotary)}')),
-             _slot(m, name or type(m).__name__))
-            for name, m in model.named_modules() if (inner := rotary_forward(m)) is not None]
-    return _put(model, plan)         # every module planned first: a refusal changes nothing
+    swap_forwards(model, lambda m, inner: rewrapped(type(m).forward,
+                                                    forward_calling(inner, rotary, f'swap_{id(rotary)}')))
+    return model
 
 def _no_rotation(q, k, cos, sin, unsqueeze_dim=1): return q, k
 

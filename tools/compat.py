@@ -7,8 +7,9 @@
 
 Each pair gets a fresh virtual environment (under .venv-compat/, ignored by git) with the same torch as the one
 running this script, rope_lit installed from this checkout with its `dev` extra, and the pinned transformers and
-accelerate; then `tools/run_tests.py nbs/06_transformers.ipynb` runs in it. The table printed last (and the CSV, if
---out is given) says, per pair, the versions installed, whether the page's tests passed, and how long they took.
+accelerate; then `tools/run_tests.py` runs the transformers page and the page of its patch's steps in it. The table
+printed last (and the CSV, if --out is given) says, per pair, the versions installed, whether the pages' tests
+passed, and how long they took.
 The oldest releases are the lower bounds in pyproject.toml: a bound is one this script has passed.
 """
 import argparse, csv, datetime, subprocess, sys, time, venv
@@ -16,7 +17,7 @@ from pathlib import Path
 from environments import lower_bounds   # every direct requirement's bound, read from pyproject.toml
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOK = 'nbs/06_transformers.ipynb'
+NOTEBOOKS = ['nbs/06_transformers.ipynb', 'nbs/06a_hf_patch.ipynb']   # tested together in each environment
 
 def default_pairs()->list:
     low = lower_bounds()
@@ -42,7 +43,7 @@ def check_pair(transformers:str, accelerate:str, torch_version:str)->dict:
                 'seconds': round(time.time() - start), 'detail': setup.stderr.strip().splitlines()[-1:]}
     got = run([py, '-c', 'import transformers, accelerate; print(transformers.__version__, accelerate.__version__)'])
     versions = got.stdout.split()
-    test = run([py, 'tools/run_tests.py', NOTEBOOK], cwd=ROOT)
+    test = run([py, 'tools/run_tests.py', *NOTEBOOKS], cwd=ROOT)
     summary = next((l for l in test.stdout.splitlines() if l.startswith('notebooks:')), 'no summary')
     return {**row, 'transformers': versions[0] if versions else '?', 'accelerate': versions[1] if versions else '?',
             'result': 'passed' if test.returncode == 0 else 'failed', 'seconds': round(time.time() - start),
