@@ -6,7 +6,7 @@ Docs: https://rope-lit.github.io/rope_lit/transformers.html.md"""
 
 # %% ../nbs/06_transformers.ipynb #27ce3cef
 from __future__ import annotations
-import functools, os, statistics, time
+import os, statistics, time
 import torch
 from torch import Tensor, nn
 from .kernels import BACKENDS, select_backend
@@ -47,9 +47,9 @@ def make_apply_rotary_pos_emb(
     "A stand-in for transformers' `apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)`: rope_lit"
     checked = []            # the tables' layout is checked on the first call
     def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
-        if cos.ndim != 3 or unsqueeze_dim not in (1, 2):
-            raise ValueError(f"rope_lit.hf: {owner} passed cos {tuple(cos.shape)} with "
-                             f"unsqueeze_dim={unsqueeze_dim}; expected (batch, seq, r), 1 or 2")
+        if not ((cos.ndim == 3 and unsqueeze_dim in (1, 2)) or (cos.ndim == 2 and unsqueeze_dim == 0)):
+            raise ValueError(f"rope_lit.hf: {owner} passed cos {tuple(cos.shape)} with unsqueeze_dim="
+                             f"{unsqueeze_dim}; expected (batch, seq, r) with 1 or 2, or (seq, r) with 0")
         if not checked and not torch.compiler.is_compiling() and cos.device.type != 'meta':
             _check_twice(cos, sin, interleaved, owner)   # eager, on data: no data-dependent branch in a graph
             checked.append(True)
@@ -59,7 +59,6 @@ def make_apply_rotary_pos_emb(
         q_rot, k_rot = rotate(q, k, c, s, interleaved=interleaved)
         if unsqueeze_dim == 2: q_rot, k_rot = q_rot.transpose(1, 2), k_rot.transpose(1, 2)
         return q_rot, k_rot
-    apply_rotary_pos_emb.checked = checked   # `patch` clears it: each patched model is checked again
     return apply_rotary_pos_emb
 
 # %% ../nbs/06_transformers.ipynb #7db71010
@@ -76,13 +75,6 @@ def make_apply_rotary_pos_emb_single(
         return x_rot.transpose(1, 2)
     return apply_rotary_pos_emb
 
-# %% ../nbs/06_transformers.ipynb #47558d7a
-@functools.lru_cache(maxsize=None)
-def _rotary(form:str, backend:str, interleaved:bool, owner:str):
-    "One replacement function per form, backend, pairing and class (so compiled graphs see one object)"
-    return (make_apply_rotary_pos_emb(backend, interleaved, owner) if form == 'qk'
-            else make_apply_rotary_pos_emb_single(backend))
-
 # %% ../nbs/06_transformers.ipynb #f5957825
 def patch(
     model:nn.Module,        # a transformers model (any module whose attention calls
@@ -94,17 +86,18 @@ def patch(
         raise TypeError(f"rope_lit.hf.patch needs a torch.nn.Module, got {type(model).__name__}")
     if backend not in BACKENDS:
         raise ValueError(f"rope_lit.hf.patch: backend must be one of {BACKENDS}, got {backend!r}")
-    p = next(model.parameters(), None)
-    select_backend(backend, p.device.type if p is not None else 'cpu')   # raises if unusable there
+    for device in sorted({p.device.type for p in model.parameters()} - {'meta'}):   # (offloaded: at the call)
+        try: select_backend(backend, device)                         # raises if unusable there
+        except ValueError as e: raise ValueError(f"rope_lit.hf.patch: {e}") from None
     pairings, made = {}, {}
     def forward_for(m, inner):        # one patched forward per class, shared by its layers
         owner, fn = type(m).__name__, inner.__globals__[ROTARY]
         if fn not in pairings: pairings[fn] = pairing_of(fn, owner)   # raises for a function it can't replace
-        if type(m) not in made:
+        if type(m) not in made:       # a new replacement, so this model's tables are checked on its first call
             form, interleaved = pairings[fn]
-            key = f"{form}_{'interleaved' if interleaved else 'split'}_{backend}_{owner}"
-            rotary = _rotary(form, backend, interleaved, owner)
-            getattr(rotary, 'checked', []).clear()       # this model's tables are checked on its first call
+            rotary = (make_apply_rotary_pos_emb(backend, interleaved, owner) if form == 'qk'
+                      else make_apply_rotary_pos_emb_single(backend))
+            key = f"{form}_{'interleaved' if interleaved else 'split'}_{backend}_{owner}_{id(model):x}"
             made[type(m)] = rewrapped(type(m).forward, forward_calling(inner, rotary, key), owner)
         return made[type(m)]
     if not swap_forwards(model, forward_for):

@@ -149,7 +149,7 @@ def run_command(args: argparse.Namespace) -> dict | list:
                          dtype=torch.bfloat16 if args.bf16 else None)
     return evaluate_command(args, model, tok, cfg, averaged)
 
-# %% ../../nbs/12a_mt_cli.ipynb #6cda8601
+# %% ../../nbs/12a_mt_cli.ipynb #959e6a70
 def evaluate_command(
     args: argparse.Namespace,   # parsed `evaluate` arguments
     model, tok, cfg,            # the run's model (its own weights, or their mean), tokenizer and config
