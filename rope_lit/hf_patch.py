@@ -205,6 +205,12 @@ def swap_forwards(
     forward_for,            # (module, its class's undecorated forward) -> the forward to put on that module
 )->list:                    # names of the modules changed: [] (and nothing changed) if none calls the rotation
     "Put `forward_for(m, inner)` on each module whose forward calls `apply_rotary_pos_emb`: all planned, then put"
+    if not isinstance(model, nn.Module):
+        raise TypeError("rope_lit.hf_patch.swap_forwards: model must be a torch.nn.Module, "
+                        f"got {type(model).__name__}")
+    if not callable(forward_for):
+        raise TypeError("rope_lit.hf_patch.swap_forwards: forward_for must be callable, "
+                        f"got {type(forward_for).__name__}")
     plan = [(m, forward_for(m, inner), _slot(m, name or type(model).__name__))
             for name, m in model.named_modules() if (inner := rotary_forward(m)) is not None]
     for m, forward, _ in plan:

@@ -191,6 +191,7 @@ struct NativeDecoder {
     qkv_out = big.narrow(1, 0, 3 * d); d_out = big.narrow(1, 0, d); f_out = big.narrow(1, 0, f);
   }
 
+  //@ part: decoder_calls
   // The cross-attention's keys and values per layer, and the source mask as 0 / -inf.
   void set_cross(std::vector<Tensor> k, std::vector<Tensor> v, std::optional<Tensor> bias) {
     check((int64_t)k.size() == n_layers && (int64_t)v.size() == n_layers,
@@ -281,6 +282,7 @@ struct NativeDecoder {
       attention(B, wd, kc, vc, t + 1, max_steps * dk, nullptr, 0, A);
       linear(a, T[1], y);
       residual(g(3));
+      //@ part: step_cross
       // cross-attention: LN → W_q (→ RoPE at t) → attend to the source's keys and values
       norm(A, g(14), g(15), eps[3 * l + 1]);
       linear(a, T[2], d_out);
@@ -296,6 +298,7 @@ struct NativeDecoder {
                 mask_bias.defined() ? mask_bias.data_ptr<float>() : nullptr, S, A);
       linear(a, T[3], y);
       residual(g(7));
+      //@ part: step_ff
       // feed-forward: LN → W_1 → ReLU → W_2
       norm(A, g(16), g(17), eps[3 * l + 2]);
       linear(a, T[4], f_out);
@@ -311,6 +314,7 @@ struct NativeDecoder {
     linear(y, wt.back(), logits);   // the output projection is E
   }
 
+  //@ part: step_entry
   // Row t of a (n, r2) cos or sin table given from Python (null when r2 is 0: no RoPE).
   static const float* table_row(const std::optional<Tensor>& c, int64_t r2, int64_t t) {
     if (r2 == 0) return nullptr;
