@@ -68,6 +68,7 @@ static inline void add_to(float* __restrict o, const float* __restrict r, int64_
   for (int64_t i = 0; i < len; ++i) o[i] += r[i];
 }
 
+//@ part: forward_chunks
 // o = r + m ⊙ f(x + b) over elements e0 .. e0 + len of the tensor (rows of C elements): the
 // chunk is cut where a row ends, so that each piece reads one run of the bias.
 static inline void drop_chunk(const float* x, const float* b, const float* r, float* o,
