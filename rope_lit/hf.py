@@ -11,12 +11,14 @@ import torch
 from torch import Tensor, nn
 from .kernels import BACKENDS, select_backend
 from .cpp_build import cpu_info
-from .hf_patch import ROTARY, forward_calling, pairing_of, patched_modules, rewrapped, swap_forwards, unpatch
-_all_ = ['patched_modules', 'unpatch']
+from .hf_patch import (ROTARY, FORMS, PATCHED, forward_calling, kernel_hook_status, pairing_of,
+                               patched_modules, probe_pairing, rewrapped, rotary_forward, swap_forwards, unpatch)
+_all_ = ['patched_modules', 'unpatch',   # and, as before the steps had a page of their own:
+         'FORMS', 'PATCHED', 'kernel_hook_status', 'probe_pairing', 'rotary_forward']
 
 # %% auto #0
 __all__ = ['rows_from_hf', 'make_apply_rotary_pos_emb', 'make_apply_rotary_pos_emb_single', 'patch', 'benchmark_llama',
-           'patched_modules', 'unpatch']
+           'patched_modules', 'unpatch', 'FORMS', 'PATCHED', 'kernel_hook_status', 'probe_pairing', 'rotary_forward']
 
 # %% ../nbs/06_transformers.ipynb #72348e1c
 def rows_from_hf(
@@ -86,7 +88,8 @@ def patch(
         raise TypeError(f"rope_lit.hf.patch needs a torch.nn.Module, got {type(model).__name__}")
     if backend not in BACKENDS:
         raise ValueError(f"rope_lit.hf.patch: backend must be one of {BACKENDS}, got {backend!r}")
-    for device in sorted({p.device.type for p in model.parameters()} - {'meta'}):   # (offloaded: at the call)
+    devices = {p.device.type for p in model.parameters()} or {'cpu'}      # no weights: as on the CPU
+    for device in sorted(devices - {'meta'}):                          # (offloaded weights: at the call)
         try: select_backend(backend, device)                         # raises if unusable there
         except ValueError as e: raise ValueError(f"rope_lit.hf.patch: {e}") from None
     pairings, made = {}, {}
@@ -97,7 +100,7 @@ def patch(
             form, interleaved = pairings[fn]
             rotary = (make_apply_rotary_pos_emb(backend, interleaved, owner) if form == 'qk'
                       else make_apply_rotary_pos_emb_single(backend))
-            key = f"{form}_{'interleaved' if interleaved else 'split'}_{backend}_{owner}_{id(model):x}"
+            key = f"{form}_{'interleaved' if interleaved else 'split'}_{backend}_{owner}_{id(rotary):x}"
             made[type(m)] = rewrapped(type(m).forward, forward_calling(inner, rotary, key), owner)
         return made[type(m)]
     if not swap_forwards(model, forward_for):

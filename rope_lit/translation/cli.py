@@ -206,7 +206,7 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace):
             p.error(f"argument {', '.join(fixed)}: not allowed with --resume, which keeps the run's settings (only"
                     " the options named in --resume's help may change)")
 
-# %% ../../nbs/12a_mt_cli.ipynb #0ae10c37
+# %% ../../nbs/12a_mt_cli.ipynb #e21bbf69
 def failure(e: BaseException, run_dir: str | None = None) -> tuple | None:
     "The line and exit status `main` reports for `e`, raised while running; None: not a failure to put in a line"
     if isinstance(e, KeyboardInterrupt):   # outside training, or a second signal during it (a first one saves)
@@ -227,7 +227,7 @@ def failure(e: BaseException, run_dir: str | None = None) -> tuple | None:
         return f"error: {line} (see --d-model, --max-tokens, --eval-batch)", 1
     return None
 
-# %% ../../nbs/12a_mt_cli.ipynb #1c5c8cc7
+# %% ../../nbs/12a_mt_cli.ipynb #3d7feafe
 def main(argv: list[str] | None = None):
     "Entry point of `rope-lit-translate`"
     p = build_parser()
