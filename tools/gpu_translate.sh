@@ -30,9 +30,10 @@
 # archive, $OUT/mt.tar.gz (unpack with `tar xzf mt.tar.gz`), beside $OUT/summary.txt (the summary lines printed
 # last), and nothing else is written under $OUT: a machine that returns at most 8 files (16 MiB each) returns all.
 # Memory: a `base` run allocated at most 9.4 GiB of GPU memory in any stage but held up to 19.6 GiB (PyTorch's cache),
-# and ten at once ran out of memory in one or two runs on an NVIDIA H200 (141 GB) in both ten-run commands of
-# 2026-11-28: run at most seven at once on such a GPU and four on an 80 GB one (--at-once 7, --at-once 4). Each
-# run's train.log says how much it allocated and held in each stage.
+# plus about 0.8 GiB outside PyTorch (the CUDA context), and ten at once ran out of memory in one or two runs on an
+# NVIDIA H200 (141 GB) in both ten-run commands of 2026-11-28; six at once ran through on 2026-11-30. Run at most six
+# at once on such a GPU and three on an 80 GB one (--at-once 6, --at-once 3). Each run's train.log says how much it
+# allocated and held in each stage.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
